@@ -1,0 +1,1 @@
+//! AgentSession custom resource types (coming: issue 5).

@@ -1,0 +1,1 @@
+//! The agentplane operator (coming: issue 5).
