@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::DEFAULT_AGENT_TOOLSET_POLICY;
 use crate::config::{Reading, ToolsetConfig};
 use crate::definitions::{BUILTIN_TOOLS, ToolDefinition, WEB_TOOLS, definition, is_agent_tool};
 use crate::error::ToolsetError;
 use crate::policy::PermissionPolicy;
 use crate::raw::{self, Members};
-use crate::DEFAULT_AGENT_TOOLSET_POLICY;
 
 /// The entry type this module handles.
 pub const AGENT_TOOLSET_TYPE: &str = "agent_toolset_20260401";
@@ -41,7 +41,12 @@ fn read(raw_entry: &[u8], entry_keys_checked: bool) -> Result<ToolsetConfig, Too
             Err(ToolsetError::UnknownTool {
                 path: at.to_owned(),
                 name: name.to_owned(),
-                known: BUILTIN_TOOLS.iter().chain(WEB_TOOLS.iter()).copied().collect::<Vec<_>>().join(", "),
+                known: BUILTIN_TOOLS
+                    .iter()
+                    .chain(WEB_TOOLS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
     })
@@ -49,9 +54,9 @@ fn read(raw_entry: &[u8], entry_keys_checked: bool) -> Result<ToolsetConfig, Too
 
 /// Refuses an entry whose `type` is not `want`.
 pub(crate) fn expect_type(members: &Members<'_>, want: &'static str) -> Result<(), ToolsetError> {
-    let t = members
-        .get("type")
-        .ok_or_else(|| ToolsetError::Missing { path: "type".into() })?;
+    let t = members.get("type").ok_or_else(|| ToolsetError::Missing {
+        path: "type".into(),
+    })?;
     let found = raw::string(t, "type")?;
     if found == want {
         Ok(())
@@ -119,7 +124,9 @@ pub fn enabled_web_tools(raw_entry: &[u8]) -> Result<Vec<&'static str>, ToolsetE
     let cfg = read(raw_entry, false)?;
     let mut out = Vec::new();
     for name in WEB_TOOLS {
-        if cfg.config_for(name).is_some() && cfg.resolve(name, DEFAULT_AGENT_TOOLSET_POLICY)?.is_some() {
+        if cfg.config_for(name).is_some()
+            && cfg.resolve(name, DEFAULT_AGENT_TOOLSET_POLICY)?.is_some()
+        {
             out.push(name);
         }
     }

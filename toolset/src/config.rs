@@ -6,9 +6,9 @@
 use serde_json::value::RawValue;
 
 use crate::error::ToolsetError;
+use crate::path;
 use crate::policy::{PermissionPolicy, PolicyRef};
 use crate::raw::{self, Members};
-use crate::path;
 
 /// Keys a `default_config` may carry.
 pub(crate) const DEFAULT_CONFIG_KEYS: &[&str] = &["enabled", "permission_policy"];
@@ -116,7 +116,10 @@ impl ToolsetConfig {
         if !enabled {
             return Ok(None);
         }
-        match own.and_then(|c| c.policy.as_ref()).or(self.default.policy.as_ref()) {
+        match own
+            .and_then(|c| c.policy.as_ref())
+            .or(self.default.policy.as_ref())
+        {
             Some(p) => p.evaluate().map(Some),
             None => Ok(Some(kind_default)),
         }
@@ -141,10 +144,8 @@ fn read_config<'a>(
         .get("permission_policy")
         .map(|p| PolicyRef::read(p, &path::key(at, "permission_policy"), how.strict_keys))
         .transpose()?;
-    if how.eager_policies {
-        if let Some(p) = &policy {
-            p.evaluate()?;
-        }
+    if let Some(p) = policy.as_ref().filter(|_| how.eager_policies) {
+        p.evaluate()?;
     }
     Ok((members, Config { enabled, policy }))
 }

@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(properties("bash"), ["command", "restart", "timeout_ms"]);
         assert_eq!(properties("read"), ["file_path", "view_range"]);
         assert_eq!(properties("write"), ["file_path", "content"]);
-        assert_eq!(properties("edit"), ["file_path", "old_string", "new_string", "replace_all"]);
+        assert_eq!(
+            properties("edit"),
+            ["file_path", "old_string", "new_string", "replace_all"]
+        );
         assert_eq!(properties("glob"), ["pattern", "path"]);
         assert_eq!(properties("grep"), ["pattern", "path"]);
         assert!(required("bash").is_empty());
@@ -180,7 +183,10 @@ mod tests {
             assert!(d(n).contains("100 KiB") && d(n).contains("path"), "{n}");
         }
         assert!(d("bash").contains("600000") && d("bash").contains("120000"));
-        assert!(d("glob").contains("newest first") && d("glob").contains(&GLOB_RESULT_LIMIT.to_string()));
+        assert!(
+            d("glob").contains("newest first")
+                && d("glob").contains(&GLOB_RESULT_LIMIT.to_string())
+        );
         assert_eq!(MAX_FILE_BYTES, 256 * 1024);
         assert!(d("read").contains("256 KiB") && d("edit").contains("256 KiB"));
     }

@@ -20,7 +20,10 @@ pub(crate) fn parse(text: &str) -> Option<Signed> {
         _ => (false, text),
     };
     if rest == "0" {
-        return Some(Signed { negative, magnitude: Duration::ZERO });
+        return Some(Signed {
+            negative,
+            magnitude: Duration::ZERO,
+        });
     }
     if rest.is_empty() {
         return None;
@@ -53,7 +56,11 @@ pub(crate) fn parse(text: &str) -> Option<Signed> {
             "h" => 3_600_000_000_000,
             _ => return None,
         };
-        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().ok()? };
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().ok()?
+        };
         let mut nanos = whole.checked_mul(scale)?;
         let mut place = scale;
         for digit in frac_part.bytes().take(30) {
@@ -65,7 +72,10 @@ pub(crate) fn parse(text: &str) -> Option<Signed> {
     }
     let secs = u64::try_from(total / 1_000_000_000).ok()?;
     let sub = u32::try_from(total % 1_000_000_000).ok()?;
-    Some(Signed { negative, magnitude: Duration::new(secs, sub) })
+    Some(Signed {
+        negative,
+        magnitude: Duration::new(secs, sub),
+    })
 }
 
 /// Formats like Go's `time.Duration.String`: `41m0s`, `1h0m0s`, `1.5s`, `250ms`.
@@ -85,7 +95,10 @@ pub fn format_duration(d: Duration) -> String {
     }
     let total_secs = d.as_secs();
     let (h, m) = (total_secs / 3600, (total_secs % 3600) / 60);
-    let s = decimal(u128::from(total_secs % 60) * 1_000_000_000 + u128::from(d.subsec_nanos()), 1_000_000_000);
+    let s = decimal(
+        u128::from(total_secs % 60) * 1_000_000_000 + u128::from(d.subsec_nanos()),
+        1_000_000_000,
+    );
     match (h, m) {
         (0, 0) => format!("{s}s"),
         (0, _) => format!("{m}m{s}s"),
@@ -116,7 +129,14 @@ mod tests {
     #[test]
     fn parses_go_durations() {
         let ok = |t: &str, neg: bool, d: Duration| {
-            assert_eq!(parse(t), Some(Signed { negative: neg, magnitude: d }), "{t}");
+            assert_eq!(
+                parse(t),
+                Some(Signed {
+                    negative: neg,
+                    magnitude: d
+                }),
+                "{t}"
+            );
         };
         ok("30m", false, secs(1800));
         ok("1h30m", false, secs(5400));
@@ -137,7 +157,22 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_duration() {
-        for t in ["", "-", "+", "30", "30mm", "m", "1x", ".s", "1h 30m", " 30m", "30m ", "--30m", "1e3s", "99999999999999999999999h"] {
+        for t in [
+            "",
+            "-",
+            "+",
+            "30",
+            "30mm",
+            "m",
+            "1x",
+            ".s",
+            "1h 30m",
+            " 30m",
+            "30m ",
+            "--30m",
+            "1e3s",
+            "99999999999999999999999h",
+        ] {
             assert_eq!(parse(t), None, "{t:?}");
         }
     }
@@ -157,7 +192,13 @@ mod tests {
 
     #[test]
     fn format_then_parse_round_trips() {
-        for d in [secs(1), secs(61), secs(3601), Duration::from_millis(1234), Duration::from_nanos(1_000_000_001)] {
+        for d in [
+            secs(1),
+            secs(61),
+            secs(3601),
+            Duration::from_millis(1234),
+            Duration::from_nanos(1_000_000_001),
+        ] {
             let parsed = parse(&format_duration(d)).expect("parses");
             assert_eq!(parsed.magnitude, d);
         }

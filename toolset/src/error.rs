@@ -51,7 +51,10 @@ pub enum ToolsetError {
     },
 
     /// A `configs[]` name that is not a tool of the agent toolset.
-    #[error("{}: {name:?} is not a tool of agent_toolset_20260401; known tools: {known}", show(path))]
+    #[error(
+        "{}: {name:?} is not a tool of agent_toolset_20260401; known tools: {known}",
+        show(path)
+    )]
     UnknownTool {
         path: String,
         name: String,
@@ -77,7 +80,10 @@ pub enum ToolsetError {
     UnevaluablePolicy { path: String, value: String },
 
     /// A second entry of a kind a session may hold once.
-    #[error("{}: a second {kind} entry (the first is at {first}); a session holds at most one", show(path))]
+    #[error(
+        "{}: a second {kind} entry (the first is at {first}); a session holds at most one",
+        show(path)
+    )]
     DuplicateToolset {
         path: String,
         kind: &'static str,
@@ -175,7 +181,8 @@ impl ToolsetError {
             | Self::WrongEntryType { path, .. }
             | Self::UnevaluablePolicy { path, .. } => join(path),
             Self::UnknownTool { path, .. } => join(path),
-            Self::DuplicateTool { path, first, .. } | Self::DuplicateToolset { path, first, .. } => {
+            Self::DuplicateTool { path, first, .. }
+            | Self::DuplicateToolset { path, first, .. } => {
                 join(path);
                 join(first);
             }

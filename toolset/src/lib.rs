@@ -12,7 +12,10 @@
 //! platform this re-creates); deliberate differences are listed in
 //! `docs/DIVERGENCES.md`.
 
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod agent;
 mod config;

@@ -76,7 +76,11 @@ pub fn materialize(raw_entry: &[u8]) -> Cow<'_, [u8]> {
 /// them. An absent list stays absent, so the caller keeps deciding how that
 /// renders.
 pub fn materialize_tools<T: AsRef<[u8]>>(tools: Option<&[T]>) -> Option<Vec<Vec<u8>>> {
-    tools.map(|list| list.iter().map(|t| materialize(t.as_ref()).into_owned()).collect())
+    tools.map(|list| {
+        list.iter()
+            .map(|t| materialize(t.as_ref()).into_owned())
+            .collect()
+    })
 }
 
 fn render(raw_entry: &[u8]) -> Option<String> {
@@ -91,7 +95,13 @@ fn render(raw_entry: &[u8]) -> Option<String> {
     let default_members = stored_default.and_then(raw::object_lenient);
 
     let field = |key: &str| -> Option<String> {
-        default_members.as_ref()?.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.get().to_owned())
+        default_members
+            .as_ref()?
+            .0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.get().to_owned())
     };
     let defaults = Defaults {
         enabled: field("enabled").unwrap_or_else(|| "true".to_owned()),
@@ -116,7 +126,10 @@ fn render(raw_entry: &[u8]) -> Option<String> {
             "configs" if Some(i) != configs_at => {}
             "default_config" => {
                 let value = match default_members {
-                    Some(_) => object(&[("enabled", &defaults.enabled), ("permission_policy", &defaults.policy)]),
+                    Some(_) => object(&[
+                        ("enabled", &defaults.enabled),
+                        ("permission_policy", &defaults.policy),
+                    ]),
                     None => v.get().to_owned(),
                 };
                 emit(&mut out, k, &value);
@@ -132,7 +145,10 @@ fn render(raw_entry: &[u8]) -> Option<String> {
         emit(
             &mut out,
             "default_config",
-            &object(&[("enabled", &defaults.enabled), ("permission_policy", &defaults.policy)]),
+            &object(&[
+                ("enabled", &defaults.enabled),
+                ("permission_policy", &defaults.policy),
+            ]),
         );
     }
     out.push('}');
@@ -160,7 +176,10 @@ fn render_configs(v: &RawValue, kind: ToolsetKind, defaults: &Defaults) -> Strin
             match (resolves, name) {
                 (true, Some(name)) => object(&[
                     ("name", name.get()),
-                    ("enabled", get("enabled").map_or(defaults.enabled.as_str(), RawValue::get)),
+                    (
+                        "enabled",
+                        get("enabled").map_or(defaults.enabled.as_str(), RawValue::get),
+                    ),
                     (
                         "permission_policy",
                         get("permission_policy").map_or(defaults.policy.as_str(), RawValue::get),
@@ -179,7 +198,10 @@ fn policy_json(p: PermissionPolicy) -> String {
 }
 
 fn object(fields: &[(&str, &str)]) -> String {
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", quote(k))).collect();
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", quote(k)))
+        .collect();
     format!("{{{}}}", body.join(","))
 }
 

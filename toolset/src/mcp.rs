@@ -52,9 +52,11 @@ pub fn mcp_server_name(raw_entry: &[u8]) -> Result<String, ToolsetError> {
     let root = raw::parse(raw_entry)?;
     let members = raw::object(root, "")?;
     expect_type(&members, MCP_TOOLSET_TYPE)?;
-    let v = members.get("mcp_server_name").ok_or_else(|| ToolsetError::Missing {
-        path: "mcp_server_name".into(),
-    })?;
+    let v = members
+        .get("mcp_server_name")
+        .ok_or_else(|| ToolsetError::Missing {
+            path: "mcp_server_name".into(),
+        })?;
     let name = raw::string(v, "mcp_server_name")?;
     if name.is_empty() {
         return Err(ToolsetError::Empty {

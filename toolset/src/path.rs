@@ -56,7 +56,10 @@ mod tests {
 
     #[test]
     fn joins_under_a_prefix() {
-        assert_eq!(join("spec.tools[0]", "configs[1].name"), "spec.tools[0].configs[1].name");
+        assert_eq!(
+            join("spec.tools[0]", "configs[1].name"),
+            "spec.tools[0].configs[1].name"
+        );
         assert_eq!(join("spec.tools[0]", ""), "spec.tools[0]");
         assert_eq!(join("spec.tools[0]", "[\"a.b\"]"), "spec.tools[0][\"a.b\"]");
         assert_eq!(join("", "configs"), "configs");

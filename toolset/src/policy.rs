@@ -10,9 +10,7 @@ use crate::error::ToolsetError;
 use crate::{path, raw};
 
 /// Whether a tool call runs at once or waits for a human.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionPolicy {
     /// The call runs without asking.

@@ -116,11 +116,10 @@ pub(crate) fn object<'a>(v: &'a RawValue, path: &str) -> Result<Members<'a>, Too
     if Kind::of(v) != Kind::Object {
         return Err(wrong(path, "an object", v));
     }
-    let members: Members<'a> =
-        serde_json::from_str(v.get()).map_err(|e| ToolsetError::Syntax {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
+    let members: Members<'a> = serde_json::from_str(v.get()).map_err(|e| ToolsetError::Syntax {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
     for (i, (k, _)) in members.0.iter().enumerate() {
         if members.0[..i].iter().any(|(seen, _)| seen == k) {
             return Err(ToolsetError::DuplicateKey {
@@ -220,7 +219,10 @@ mod tests {
         let err = boolean(raw("null"), "enabled").unwrap_err();
         assert_eq!(err.to_string(), "enabled: expected a boolean, found null");
         let err = object(raw("null"), "default_config").unwrap_err();
-        assert_eq!(err.to_string(), "default_config: expected an object, found null");
+        assert_eq!(
+            err.to_string(),
+            "default_config: expected an object, found null"
+        );
     }
 
     #[test]

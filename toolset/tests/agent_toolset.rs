@@ -14,7 +14,11 @@ fn bytes(v: serde_json::Value) -> Vec<u8> {
 }
 
 fn names(raw: &[u8]) -> Vec<String> {
-    tools(raw).expect("resolves").into_iter().map(|t| t.name).collect()
+    tools(raw)
+        .expect("resolves")
+        .into_iter()
+        .map(|t| t.name)
+        .collect()
 }
 
 fn pol(raw: &[u8]) -> Vec<(String, PermissionPolicy)> {
@@ -57,7 +61,12 @@ fn resolution_table() {
         want: &'static [(&'static str, PermissionPolicy)],
     }
     let all_allow: &[(&str, PermissionPolicy)] = &[
-        ("bash", Allow), ("edit", Allow), ("glob", Allow), ("grep", Allow), ("read", Allow), ("write", Allow),
+        ("bash", Allow),
+        ("edit", Allow),
+        ("glob", Allow),
+        ("grep", Allow),
+        ("read", Allow),
+        ("write", Allow),
     ];
     let cases = [
         Case {
@@ -68,14 +77,28 @@ fn resolution_table() {
         Case {
             what: "default policy ask",
             entry: json!({"type": "agent_toolset_20260401", "default_config": {"permission_policy": {"type": "always_ask"}}}),
-            want: &[("bash", Ask), ("edit", Ask), ("glob", Ask), ("grep", Ask), ("read", Ask), ("write", Ask)],
+            want: &[
+                ("bash", Ask),
+                ("edit", Ask),
+                ("glob", Ask),
+                ("grep", Ask),
+                ("read", Ask),
+                ("write", Ask),
+            ],
         },
         Case {
             what: "per-tool policy overrides default policy",
             entry: json!({"type": "agent_toolset_20260401",
                 "default_config": {"permission_policy": {"type": "always_ask"}},
                 "configs": [{"name": "read", "permission_policy": {"type": "always_allow"}}]}),
-            want: &[("bash", Ask), ("edit", Ask), ("glob", Ask), ("grep", Ask), ("read", Allow), ("write", Ask)],
+            want: &[
+                ("bash", Ask),
+                ("edit", Ask),
+                ("glob", Ask),
+                ("grep", Ask),
+                ("read", Allow),
+                ("write", Ask),
+            ],
         },
         Case {
             what: "per-tool enable overrides default disable, policy still from default",
@@ -88,13 +111,25 @@ fn resolution_table() {
             what: "per-tool disable",
             entry: json!({"type": "agent_toolset_20260401",
                 "configs": [{"name": "bash", "enabled": false}, {"name": "write", "enabled": false}]}),
-            want: &[("edit", Allow), ("glob", Allow), ("grep", Allow), ("read", Allow)],
+            want: &[
+                ("edit", Allow),
+                ("glob", Allow),
+                ("grep", Allow),
+                ("read", Allow),
+            ],
         },
         Case {
             what: "a policy on a config without enabled keeps the default enable",
             entry: json!({"type": "agent_toolset_20260401",
                 "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}]}),
-            want: &[("bash", Ask), ("edit", Allow), ("glob", Allow), ("grep", Allow), ("read", Allow), ("write", Allow)],
+            want: &[
+                ("bash", Ask),
+                ("edit", Allow),
+                ("glob", Allow),
+                ("grep", Allow),
+                ("read", Allow),
+                ("write", Allow),
+            ],
         },
         Case {
             what: "everything disabled",
@@ -159,7 +194,8 @@ fn refusal_table() {
             ("tools", tools(raw).err()),
             ("policies", policies(raw).err()),
         ] {
-            let got = got.unwrap_or_else(|| panic!("{what}: {f} accepted {}", String::from_utf8_lossy(raw)));
+            let got = got
+                .unwrap_or_else(|| panic!("{what}: {f} accepted {}", String::from_utf8_lossy(raw)));
             assert!(
                 got.to_string().starts_with(want),
                 "{what}: {f}\n got: {got}\nwant: {want}"
@@ -184,10 +220,19 @@ fn validate_refuses_unknown_top_level_keys_that_render_tolerates() {
 /// carries it: the agent toolset is lazy about policies.
 #[test]
 fn unevaluable_policies_on_disabled_tools_are_not_errors() {
-    let every_tool_asks: Vec<_> = ["bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search"]
-        .iter()
-        .map(|n| json!({"name": n, "permission_policy": {"type": "always_ask"}}))
-        .collect();
+    let every_tool_asks: Vec<_> = [
+        "bash",
+        "read",
+        "write",
+        "edit",
+        "glob",
+        "grep",
+        "web_fetch",
+        "web_search",
+    ]
+    .iter()
+    .map(|n| json!({"name": n, "permission_policy": {"type": "always_ask"}}))
+    .collect();
     let cases = [
         json!({"type": "agent_toolset_20260401",
             "configs": [{"name": "bash", "enabled": false, "permission_policy": {"type": "bogus"}}]}),
@@ -226,17 +271,32 @@ fn web_tools_validate_but_are_not_handed_to_the_model() {
 #[test]
 fn errors_reroot_under_the_entry_path() {
     let raw = br#"{"type":"agent_toolset_20260401","configs":[{"name":"bash","permission_policy":{"type":"x"}}]}"#;
-    let err = validate(raw).expect_err("refused").with_prefix("spec.tools[3]");
-    assert_eq!(err.path(), Some("spec.tools[3].configs[0].permission_policy.type"));
-    assert!(err.to_string().starts_with("spec.tools[3].configs[0].permission_policy.type: "));
+    let err = validate(raw)
+        .expect_err("refused")
+        .with_prefix("spec.tools[3]");
+    assert_eq!(
+        err.path(),
+        Some("spec.tools[3].configs[0].permission_policy.type")
+    );
+    assert!(
+        err.to_string()
+            .starts_with("spec.tools[3].configs[0].permission_policy.type: ")
+    );
     let dup = br#"{"type":"agent_toolset_20260401","configs":[{"name":"bash"},{"name":"bash"}]}"#;
-    let err = validate(dup).expect_err("refused").with_prefix("spec.tools[0]");
+    let err = validate(dup)
+        .expect_err("refused")
+        .with_prefix("spec.tools[0]");
     assert_eq!(
         err.to_string(),
         "spec.tools[0].configs[1].name: tool \"bash\" is configured twice (first at spec.tools[0].configs[0].name)"
     );
-    let root = validate(b"[]").expect_err("refused").with_prefix("spec.tools[1]");
-    assert_eq!(root.to_string(), "spec.tools[1]: expected an object, found an array");
+    let root = validate(b"[]")
+        .expect_err("refused")
+        .with_prefix("spec.tools[1]");
+    assert_eq!(
+        root.to_string(),
+        "spec.tools[1]: expected an object, found an array"
+    );
     assert!(matches!(root, ToolsetError::WrongType { .. }));
 }
 

@@ -23,7 +23,10 @@ fn tool(name: &str) -> McpTool {
 fn resolved(raw: &[u8], reported: &[McpTool]) -> (Vec<(String, PermissionPolicy)>, Vec<String>) {
     let r = resolve_mcp(raw, reported).expect("resolves");
     (
-        r.tools.into_iter().map(|t| (t.tool.name, t.policy)).collect(),
+        r.tools
+            .into_iter()
+            .map(|t| (t.tool.name, t.policy))
+            .collect(),
         r.unknown_configs,
     )
 }
@@ -37,7 +40,10 @@ fn defaults_to_asking_for_every_reported_tool_in_server_order() {
     assert_eq!(DEFAULT_MCP_TOOLSET_POLICY, Ask);
     let raw = bytes(json!({"type": "mcp_toolset", "mcp_server_name": "docs"}));
     let (tools, unknown) = resolved(&raw, &[tool("search"), tool("fetch"), tool("add")]);
-    assert_eq!(tools, pairs(&[("search", Ask), ("fetch", Ask), ("add", Ask)]));
+    assert_eq!(
+        tools,
+        pairs(&[("search", Ask), ("fetch", Ask), ("add", Ask)])
+    );
     assert!(unknown.is_empty());
     validate_mcp_toolset(&raw).expect("valid");
     assert_eq!(mcp_server_name(&raw).expect("named"), "docs");
@@ -46,11 +52,11 @@ fn defaults_to_asking_for_every_reported_tool_in_server_order() {
 #[test]
 fn configs_override_default_config_which_overrides_the_kind_default() {
     let raw = bytes(json!({"type": "mcp_toolset", "mcp_server_name": "docs",
-        "default_config": {"permission_policy": {"type": "always_allow"}},
-        "configs": [
-            {"name": "delete", "permission_policy": {"type": "always_ask"}},
-            {"name": "fetch", "enabled": false},
-        ]}));
+    "default_config": {"permission_policy": {"type": "always_allow"}},
+    "configs": [
+        {"name": "delete", "permission_policy": {"type": "always_ask"}},
+        {"name": "fetch", "enabled": false},
+    ]}));
     let (tools, unknown) = resolved(&raw, &[tool("search"), tool("fetch"), tool("delete")]);
     assert_eq!(tools, pairs(&[("search", Allow), ("delete", Ask)]));
     assert!(unknown.is_empty());
@@ -82,14 +88,19 @@ fn nameless_and_repeated_reported_tools_are_dropped() {
     let r = resolve_mcp(&raw, &[tool(""), tool("a"), second, tool("b")]).expect("resolves");
     let names: Vec<_> = r.tools.iter().map(|t| t.tool.name.as_str()).collect();
     assert_eq!(names, ["a", "b"]);
-    assert_eq!(r.tools[0].tool.description, "a tool", "the first listing wins");
+    assert_eq!(
+        r.tools[0].tool.description, "a tool",
+        "the first listing wins"
+    );
 }
 
 #[test]
 fn resolve_tolerates_unknown_keys_a_stored_row_may_carry() {
-    let raw = bytes(json!({"type": "mcp_toolset", "mcp_server_name": "docs", "legacy": true,
+    let raw = bytes(
+        json!({"type": "mcp_toolset", "mcp_server_name": "docs", "legacy": true,
         "default_config": {"permission_polciy": {"type": "always_allow"}},
-        "configs": [{"name": "a", "note": "x", "permission_policy": {"type": "always_allow", "why": 1}}]}));
+        "configs": [{"name": "a", "note": "x", "permission_policy": {"type": "always_allow", "why": 1}}]}),
+    );
     let (tools, _) = resolved(&raw, &[tool("a"), tool("b")]);
     // The misspelt default is not read: b falls to the kind default (ask).
     assert_eq!(tools, pairs(&[("a", Allow), ("b", Ask)]));
@@ -113,8 +124,14 @@ fn resolve_refuses_an_unevaluable_policy_only_on_a_live_tool() {
 fn resolve_refuses_shapes_it_cannot_read() {
     for (raw, path) in [
         (json!({"type": "agent_toolset_20260401"}), "type"),
-        (json!({"type": "mcp_toolset", "default_config": {"enabled": "no"}}), "default_config.enabled"),
-        (json!({"type": "mcp_toolset", "configs": [{"name": 3}]}), "configs[0].name"),
+        (
+            json!({"type": "mcp_toolset", "default_config": {"enabled": "no"}}),
+            "default_config.enabled",
+        ),
+        (
+            json!({"type": "mcp_toolset", "configs": [{"name": 3}]}),
+            "configs[0].name",
+        ),
         (json!({"type": "mcp_toolset", "configs": "a"}), "configs"),
     ] {
         let err = resolve_mcp(&bytes(raw), &[tool("a")]).expect_err("refused");
@@ -135,18 +152,66 @@ fn resolve_lets_the_first_of_repeated_configs_win() {
 #[test]
 fn validate_mcp_refusal_table() {
     let cases: Vec<(serde_json::Value, &str, &str)> = vec![
-        (json!({"type": "mcp_toolset"}), "mcp_server_name", "required but missing"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": ""}), "mcp_server_name", "must not be empty"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": null}), "mcp_server_name", "expected a string, found null"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "server": "x"}), "server", "unknown key"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"permission_polciy": {}}}), "default_config.permission_polciy", "unknown key"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"permission_policy": {"type": "sometimes"}}}), "default_config.permission_policy.type", "cannot be evaluated"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"enabled": false, "permission_policy": {"type": "sometimes"}}}), "default_config.permission_policy.type", "cannot be evaluated"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a", "permission_policy": {"type": "always_ask", "x": 1}}]}), "configs[0].permission_policy.x", "unknown key"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a"}, {"name": "a"}]}), "configs[1].name", "configured twice"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"enabled": true}]}), "configs[0].name", "required but missing"),
-        (json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a", "enabled": null}]}), "configs[0].enabled", "expected a boolean, found null"),
-        (json!({"type": "agent_toolset_20260401", "mcp_server_name": "s"}), "type", "expected \"mcp_toolset\""),
+        (
+            json!({"type": "mcp_toolset"}),
+            "mcp_server_name",
+            "required but missing",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": ""}),
+            "mcp_server_name",
+            "must not be empty",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": null}),
+            "mcp_server_name",
+            "expected a string, found null",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "server": "x"}),
+            "server",
+            "unknown key",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"permission_polciy": {}}}),
+            "default_config.permission_polciy",
+            "unknown key",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"permission_policy": {"type": "sometimes"}}}),
+            "default_config.permission_policy.type",
+            "cannot be evaluated",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "default_config": {"enabled": false, "permission_policy": {"type": "sometimes"}}}),
+            "default_config.permission_policy.type",
+            "cannot be evaluated",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a", "permission_policy": {"type": "always_ask", "x": 1}}]}),
+            "configs[0].permission_policy.x",
+            "unknown key",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a"}, {"name": "a"}]}),
+            "configs[1].name",
+            "configured twice",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"enabled": true}]}),
+            "configs[0].name",
+            "required but missing",
+        ),
+        (
+            json!({"type": "mcp_toolset", "mcp_server_name": "s", "configs": [{"name": "a", "enabled": null}]}),
+            "configs[0].enabled",
+            "expected a boolean, found null",
+        ),
+        (
+            json!({"type": "agent_toolset_20260401", "mcp_server_name": "s"}),
+            "type",
+            "expected \"mcp_toolset\"",
+        ),
     ];
     for (entry, path, text) in cases {
         let err = validate_mcp_toolset(&bytes(entry.clone())).expect_err(&entry.to_string());
