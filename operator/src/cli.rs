@@ -1,0 +1,288 @@
+//! The `agent-operator` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+
+use crate::controller::{self, Context};
+use crate::error::{Error, Result};
+use crate::leader::{self, LeaseConfig};
+use crate::pod::PodConfig;
+use crate::webhook::{self, Readiness, ReloadingCert, TlsFiles};
+use crate::{check, telemetry};
+
+/// Reconciles AgentSessions into hardened sandbox pods and validates them at admission.
+#[derive(Debug, Parser)]
+#[command(name = "agent-operator", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller and the admission webhook.
+    Run(RunArgs),
+    /// Validate a manifest offline like the webhook, and print the status
+    /// the operator would write, as JSON. Exits 1 when a session is invalid.
+    Check {
+        /// The manifest (YAML or JSON, several documents allowed); - for stdin.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Print the AgentSession CRD as YAML.
+    Crd,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Image that carries the static runner at /agent-sidecar.
+    #[arg(
+        long,
+        env = "AGENTPLANE_RUNNER_IMAGE",
+        default_value = "localhost/agentplane/runner:dev"
+    )]
+    pub runner_image: String,
+    /// Pull policy for sandbox and runner images.
+    #[arg(
+        long,
+        env = "AGENTPLANE_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent"
+    )]
+    pub image_pull_policy: String,
+    /// Where the webhook serves HTTPS.
+    #[arg(long, env = "AGENTPLANE_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    pub webhook_addr: SocketAddr,
+    /// PEM certificate of the webhook; the webhook is off without it.
+    #[arg(long, env = "AGENTPLANE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the webhook.
+    #[arg(long, env = "AGENTPLANE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Where /healthz and /readyz answer (plain HTTP).
+    #[arg(long, env = "AGENTPLANE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Elect a leader by Lease before reconciling (for several replicas).
+    #[arg(long, env = "AGENTPLANE_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "agentplane-operator")]
+    pub lease_name: String,
+    /// Serve only the webhook; do not reconcile.
+    #[arg(long)]
+    pub webhook_only: bool,
+    /// Seconds one MCP request may take.
+    #[arg(long, default_value_t = 10)]
+    pub mcp_timeout_seconds: u64,
+    /// Log as JSON lines.
+    #[arg(long, env = "AGENTPLANE_JSON_LOGS")]
+    pub json_logs: bool,
+}
+
+/// Runs the command line; the exit code says how it went.
+pub async fn main(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Crd => match crds::crd_yaml() {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("agent-operator: cannot render the CRD: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Check { file } => run_check(&file),
+        Command::Run(args) => match run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "agent-operator stopped");
+                eprintln!("agent-operator: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run_check(file: &std::path::Path) -> ExitCode {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        match std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
+            Ok(_) => s,
+            Err(e) => {
+                eprintln!("agent-operator check: cannot read stdin: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        match std::fs::read_to_string(file) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("agent-operator check: cannot read {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let verdicts = match check::check_manifest(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("agent-operator check: {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    if verdicts.is_empty() {
+        eprintln!(
+            "agent-operator check: {}: no AgentSession in the file",
+            file.display()
+        );
+        return ExitCode::from(2);
+    }
+    let mut invalid = false;
+    for v in &verdicts {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v.report).unwrap_or_default()
+        );
+        for e in &v.errors {
+            invalid = true;
+            eprintln!("{}: {e}", v.name);
+        }
+    }
+    if invalid {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let _telemetry = telemetry::init("agent-operator", args.json_logs)?;
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let ready = Arc::new(Readiness::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(webhook::serve_plain(
+        args.health_addr,
+        webhook::health_router(Arc::clone(&ready)),
+        stopped(),
+    ));
+
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let cert = ReloadingCert::load(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            })?;
+            cert.watch(Duration::from_secs(10));
+            tasks.spawn(webhook::serve_tls(args.webhook_addr, cert, stopped()));
+        }
+        (None, None) => tracing::warn!("no --tls-cert/--tls-key: the admission webhook is off"),
+        _ => {
+            return Err(Error::Tls(
+                "give both --tls-cert and --tls-key, or neither".into(),
+            ));
+        }
+    }
+
+    // The API server must answer before we call ourselves ready.
+    client.apiserver_version().await?;
+    ready.set(true);
+
+    if !args.webhook_only {
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            PodConfig {
+                runner_image: args.runner_image.clone(),
+                image_pull_policy: args.image_pull_policy.clone(),
+            },
+            Duration::from_secs(args.mcp_timeout_seconds),
+        ));
+        let lease = args.leader_elect.then(|| {
+            let identity = std::env::var("POD_NAME")
+                .unwrap_or_else(|_| format!("agent-operator-{}", std::process::id()));
+            LeaseConfig {
+                namespace: args.lease_namespace.clone(),
+                name: args.lease_name.clone(),
+                identity,
+                duration: Duration::from_secs(15),
+                renew_every: Duration::from_secs(5),
+            }
+        });
+        let client = client.clone();
+        let stop = stopped();
+        tasks.spawn(async move {
+            if let Some(cfg) = lease {
+                let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
+                tokio::select! {
+                    () = stop => return Ok(()),
+                    acquired = leader::acquire(&api, &cfg) => acquired?,
+                }
+                let holder = leader::hold(api.clone(), cfg.clone());
+                let stop_again = stopped();
+                let outcome = tokio::select! {
+                    err = holder => Err(err),
+                    () = controller::run(ctx, stop_again) => Ok(()),
+                };
+                leader::release(&api, &cfg).await;
+                outcome
+            } else {
+                controller::run(ctx, stop).await;
+                Ok(())
+            }
+        });
+    }
+
+    tokio::select! {
+        () = shutdown_signal() => tracing::info!("shutting down"),
+        Some(done) = tasks.join_next() => {
+            let _ = stop_tx.send(true);
+            match done {
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(())) => {}
+                Err(e) => return Err(Error::Telemetry(format!("task panicked: {e}"))),
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Listing an MCP server's tools over Streamable HTTP: `initialize`, the
+//! `initialized` notification, then `tools/list` page by page.
+//!
+//! Written against the protocol rather than a full SDK because the operator
+//! needs one read-only question answered; every response may come back as
+//! plain JSON or as a server-sent-event stream, and both are handled.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolset::McpTool;
+
+use crate::error::{Error, Result};
+
+/// The protocol revision this client speaks.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// Most pages one listing follows, so a server that keeps handing out
+/// cursors cannot hold a reconcile forever.
+const MAX_PAGES: usize = 50;
+
+/// A Streamable HTTP client for one server.
+#[derive(Debug, Clone)]
+pub struct McpClient {
+    http: reqwest::Client,
+    server: String,
+    url: String,
+}
+
+impl McpClient {
+    /// A client for `server` at `url`, each request bounded by `timeout`.
+    pub fn new(server: &str, url: &str, timeout: Duration) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| Error::Mcp {
+                server: server.to_owned(),
+                url: url.to_owned(),
+                message: format!("cannot build an HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            http,
+            server: server.to_owned(),
+            url: url.to_owned(),
+        })
+    }
+
+    fn fail(&self, message: impl Into<String>) -> Error {
+        Error::Mcp {
+            server: self.server.clone(),
+            url: self.url.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Every tool the server lists.
+    pub async fn list_tools(&self) -> Result<Vec<McpTool>> {
+        let init = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "agentplane-operator", "version": env!("CARGO_PKG_VERSION")}
+            }
+        });
+        let (result, session) = self.call(&init, None).await?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(PROTOCOL_VERSION)
+            .to_owned();
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.notify(&note, session.as_deref(), &version).await?;
+
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for page in 0..MAX_PAGES {
+            let mut params = json!({});
+            if let Some(c) = &cursor {
+                params["cursor"] = json!(c);
+            }
+            let req =
+                json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list", "params": params});
+            let (result, _) = self
+                .call_versioned(&req, session.as_deref(), &version)
+                .await?;
+            let listed = result
+                .get("tools")
+                .and_then(Value::as_array)
+                .ok_or_else(|| self.fail("tools/list result has no tools array"))?;
+            for t in listed {
+                tools.push(McpTool {
+                    name: t
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    description: t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    input_schema: t
+                        .get("inputSchema")
+                        .cloned()
+                        .unwrap_or_else(|| json!({"type": "object"})),
+                });
+            }
+            cursor = result
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                if let Some(id) = &session {
+                    // Best effort: end the session so the server can free it.
+                    let _ = self
+                        .http
+                        .delete(&self.url)
+                        .header("Mcp-Session-Id", id)
+                        .send()
+                        .await;
+                }
+                return Ok(tools);
+            }
+        }
+        Err(self.fail(format!("tools/list still paging after {MAX_PAGES} pages")))
+    }
+
+    async fn call(&self, body: &Value, session: Option<&str>) -> Result<(Value, Option<String>)> {
+        self.send(body, session, None).await
+    }
+
+    async fn call_versioned(
+        &self,
+        body: &Value,
+        session: Option<&str>,
+        version: &str,
+    ) -> Result<(Value, Option<String>)> {
+        self.send(body, session, Some(version)).await
+    }
+
+    async fn notify(&self, body: &Value, session: Option<&str>, version: &str) -> Result<()> {
+        let mut req = self.post(body, session, Some(version));
+        req = req.header("Accept", "application/json, text/event-stream");
+        let resp = req.send().await.map_err(|e| self.fail(describe(&e)))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(self.fail(format!(
+                "initialized notification answered HTTP {}",
+                resp.status()
+            )))
+        }
+    }
+
+    fn post(
+        &self,
+        body: &Value,
+        session: Option<&str>,
+        version: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(id) = session {
+            req = req.header("Mcp-Session-Id", id);
+        }
+        if let Some(v) = version {
+            req = req.header("MCP-Protocol-Version", v);
+        }
+        req
+    }
+
+    async fn send(
+        &self,
+        body: &Value,
+        session: Option<&str>,
+        version: Option<&str>,
+    ) -> Result<(Value, Option<String>)> {
+        let method = body
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("request");
+        let resp = self
+            .post(body, session, version)
+            .send()
+            .await
+            .map_err(|e| self.fail(describe(&e)))?;
+        let status = resp.status();
+        let session_id = resp
+            .headers()
+            .get("Mcp-Session-Id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| session.map(str::to_owned));
+        let sse = resp
+            .headers()
+            .get("Content-Type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let text = resp.text().await.map_err(|e| self.fail(describe(&e)))?;
+        if !status.is_success() {
+            return Err(self.fail(format!("{method} answered HTTP {status}: {}", text.trim())));
+        }
+        let id = body.get("id").cloned().unwrap_or(Value::Null);
+        let message = if sse {
+            find_sse_response(&text, &id)
+        } else {
+            serde_json::from_str(&text).ok()
+        }
+        .ok_or_else(|| self.fail(format!("{method}: no JSON-RPC response in the answer")))?;
+        if let Some(err) = message.get("error") {
+            return Err(self.fail(format!("{method} failed: {err}")));
+        }
+        let result = message
+            .get("result")
+            .cloned()
+            .ok_or_else(|| self.fail(format!("{method}: response has no result")))?;
+        Ok((result, session_id))
+    }
+}
+
+/// The JSON-RPC response with `id` among a server-sent-event stream's
+/// `data:` lines (requests and notifications the server interleaves are
+/// skipped).
+pub fn find_sse_response(stream: &str, id: &Value) -> Option<Value> {
+    let mut data = String::new();
+    let mut found = None;
+    let mut flush = |data: &mut String| {
+        if !data.is_empty() {
+            if let Ok(v) = serde_json::from_str::<Value>(data) {
+                if v.get("id") == Some(id)
+                    && (v.get("result").is_some() || v.get("error").is_some())
+                {
+                    found = Some(v);
+                }
+            }
+            data.clear();
+        }
+    };
+    for line in stream.lines() {
+        if let Some(rest) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+        } else if line.is_empty() {
+            flush(&mut data);
+        }
+    }
+    flush(&mut data);
+    found
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".to_owned()
+    } else if e.is_connect() {
+        format!("cannot connect: {e}")
+    } else {
+        e.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_matching_response_in_an_event_stream() {
+        let stream = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":[]}}\n\n";
+        let v = find_sse_response(stream, &json!(3)).expect("found");
+        assert_eq!(v["result"]["tools"], json!([]));
+        assert!(find_sse_response(stream, &json!(4)).is_none());
+        // No trailing blank line: the last event still counts.
+        let v = find_sse_response("data: {\"id\":1,\"result\":{}}", &json!(1));
+        assert!(v.is_some());
+    }
+}

@@ -1,0 +1,157 @@
+//! The status the operator writes: phase and conditions from the
+//! resolution and the pod, with transition times kept when nothing changed.
+
+use crds::{AgentSessionStatus, RUNNER_PORT, RUNNER_SOCKET, RunnerEndpoint, SessionPhase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::resolution::{CondSpec, Resolution};
+
+/// The phase and Ready condition a pod (or its absence) means.
+pub fn pod_view(resolution: &Resolution, pod: Option<&Pod>) -> (SessionPhase, CondSpec) {
+    let ready = |status: bool, reason: &str, message: String| CondSpec {
+        type_: "Ready",
+        status,
+        reason: reason.to_owned(),
+        message,
+    };
+    if resolution.runner.is_none() {
+        return (
+            SessionPhase::Invalid,
+            ready(
+                false,
+                "ToolsetInvalid",
+                "no sandbox runs until the toolset is fixed; see ToolsetValid".into(),
+            ),
+        );
+    }
+    let Some(pod) = pod else {
+        return (
+            SessionPhase::Pending,
+            ready(
+                false,
+                "PodCreating",
+                "the sandbox pod is being created".into(),
+            ),
+        );
+    };
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let pod_ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let waiting = status
+        .and_then(|s| {
+            s.container_statuses
+                .as_ref()
+                .or(s.init_container_statuses.as_ref())
+        })
+        .and_then(|cs| cs.iter().find_map(|c| c.state.as_ref()?.waiting.clone()));
+    match phase {
+        "Running" if pod_ready => (
+            SessionPhase::Ready,
+            ready(
+                true,
+                "RunnerReady",
+                "the runner answers on its socket".into(),
+            ),
+        ),
+        "Succeeded" => (
+            SessionPhase::Succeeded,
+            ready(
+                false,
+                "SessionEnded",
+                "the sandbox exited (idle timeout or completed)".into(),
+            ),
+        ),
+        "Failed" => {
+            let why = status
+                .and_then(|s| s.reason.clone())
+                .unwrap_or_else(|| "PodFailed".into());
+            let msg = status
+                .and_then(|s| s.message.clone())
+                .unwrap_or_else(|| "the sandbox pod failed".into());
+            (SessionPhase::Failed, ready(false, &why, msg))
+        }
+        _ => match waiting {
+            Some(w) => (
+                SessionPhase::Pending,
+                ready(
+                    false,
+                    w.reason.as_deref().unwrap_or("ContainerWaiting"),
+                    w.message
+                        .unwrap_or_else(|| "the sandbox container is waiting".into()),
+                ),
+            ),
+            None => (
+                SessionPhase::Pending,
+                ready(
+                    false,
+                    "RunnerStarting",
+                    format!("pod is {phase}; waiting for the runner to answer"),
+                ),
+            ),
+        },
+    }
+}
+
+/// Conditions in metav1 shape. A condition whose status did not change
+/// keeps its lastTransitionTime from `previous`.
+pub fn conditions(
+    specs: &[CondSpec],
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    specs
+        .iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" }.to_owned();
+            let since = previous
+                .iter()
+                .find(|p| p.type_ == c.type_ && p.status == status)
+                .map_or(Time(now), |p| p.last_transition_time.clone());
+            Condition {
+                type_: c.type_.to_owned(),
+                status,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                observed_generation: generation,
+                last_transition_time: since,
+            }
+        })
+        .collect()
+}
+
+/// The full status for one reconcile.
+pub fn build_status(
+    resolution: &Resolution,
+    pod: Option<&Pod>,
+    pod_name: &str,
+    previous: Option<&AgentSessionStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> AgentSessionStatus {
+    let (phase, ready) = pod_view(resolution, pod);
+    let mut specs = vec![ready];
+    specs.extend(resolution.conditions.iter().cloned());
+    let prev = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    let running = resolution.runner.is_some();
+    AgentSessionStatus {
+        phase: Some(phase),
+        conditions: conditions(&specs, prev, generation, now),
+        observed_generation: generation,
+        pod_name: (running && pod.is_some()).then(|| pod_name.to_owned()),
+        endpoint: running.then(|| RunnerEndpoint {
+            socket: RUNNER_SOCKET.to_owned(),
+            port: RUNNER_PORT,
+        }),
+        toolsets: resolution.toolsets.clone(),
+        tools: resolution.tools.clone(),
+        tool_count: Some(i64::try_from(resolution.tools.len()).unwrap_or(i64::MAX)),
+        policies: resolution.policies.clone(),
+    }
+}

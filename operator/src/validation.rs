@@ -1,0 +1,311 @@
+//! The rules a session's spec must pass, as one pure function shared by the
+//! admission webhook, the controller (which never trusts that the webhook
+//! ran) and `agent-operator check`.
+//!
+//! Per-entry rules are the toolset crate's; this module adds what only the
+//! whole list can answer: one agent toolset, at most 128 tools, at most 20
+//! MCP servers with unique names, every server used and every toolset's
+//! server declared.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crds::AgentSessionSpec;
+use toolset::{AGENT_TOOLSET_TYPE, MCP_TOOLSET_TYPE, ToolsetError};
+
+/// Most tools one session may hand the model.
+pub const MAX_TOOLS: usize = 128;
+/// Most MCP servers one session may declare.
+pub const MAX_MCP_SERVERS: usize = 20;
+/// The entry type of a tool the client executes itself.
+pub const CUSTOM_TYPE: &str = "custom";
+
+/// One thing wrong with a spec, at a JSON path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl From<ToolsetError> for Finding {
+    fn from(e: ToolsetError) -> Self {
+        let path = e.path().unwrap_or_default().to_owned();
+        let text = e.to_string();
+        // The toolset error prints "path: message"; keep only the message.
+        let message = text
+            .strip_prefix(&format!("{path}: "))
+            .map_or_else(|| text.clone(), str::to_owned);
+        Self { path, message }
+    }
+}
+
+/// What a spec's check found: errors deny, warnings are shown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub errors: Vec<Finding>,
+    pub warnings: Vec<String>,
+}
+
+impl Findings {
+    /// Whether the spec may be stored.
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// All errors in one message, the form an admission denial carries.
+    pub fn denial(&self) -> String {
+        let lines: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
+        lines.join("; ")
+    }
+}
+
+/// The kind of one `tools[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    Agent,
+    Mcp { server: Option<String> },
+    Custom { name: Option<String> },
+}
+
+/// Checks a spec. Entry-level errors name `spec.tools[i]...`.
+pub fn check_spec(spec: &AgentSessionSpec) -> Findings {
+    let mut out = Findings::default();
+    let entries: Vec<Vec<u8>> = spec
+        .tools
+        .iter()
+        .map(|v| serde_json::to_vec(v).unwrap_or_default())
+        .collect();
+
+    let mut agent_at: Option<usize> = None;
+    let mut tool_count = 0usize;
+    let mut tool_names: BTreeSet<String> = BTreeSet::new();
+    let mut used_servers: Vec<(usize, String)> = Vec::new();
+
+    for (i, raw) in entries.iter().enumerate() {
+        let at = format!("spec.tools[{i}]");
+        let kind = match classify(raw) {
+            Ok(kind) => kind,
+            Err(message) => {
+                out.errors.push(Finding { path: at, message });
+                continue;
+            }
+        };
+        match kind {
+            EntryKind::Agent => {
+                if let Some(first) = agent_at {
+                    out.errors.push(Finding {
+                        path: at,
+                        message: format!(
+                            "a second {AGENT_TOOLSET_TYPE} entry (the first is at spec.tools[{first}]); a session holds at most one"
+                        ),
+                    });
+                    continue;
+                }
+                agent_at = Some(i);
+                match toolset::validate(raw) {
+                    Err(e) => out.errors.push(e.with_prefix(&at).into()),
+                    Ok(()) => {
+                        let names = toolset::tools(raw).unwrap_or_default();
+                        tool_count += names.len();
+                        tool_names.extend(names.into_iter().map(|t| t.name));
+                        for web in toolset::enabled_web_tools(raw).unwrap_or_default() {
+                            out.warnings.push(format!(
+                                "{at}: {web} is enabled but this platform has no web driver; the model will not be offered it"
+                            ));
+                        }
+                    }
+                }
+            }
+            EntryKind::Mcp { server } => {
+                if let Err(e) = toolset::validate_mcp_toolset(raw) {
+                    out.errors.push(e.with_prefix(&at).into());
+                }
+                if let Some(server) = server {
+                    if let Some((first, _)) = used_servers.iter().find(|(_, s)| *s == server) {
+                        out.errors.push(Finding {
+                            path: format!("{at}.mcp_server_name"),
+                            message: format!(
+                                "server {server:?} already has an mcp_toolset entry at spec.tools[{first}]"
+                            ),
+                        });
+                    } else {
+                        used_servers.push((i, server));
+                    }
+                }
+            }
+            EntryKind::Custom { name } => {
+                if let Err(f) = check_custom(raw, &at) {
+                    out.errors.push(f);
+                } else if let Some(name) = name {
+                    tool_count += 1;
+                    if !tool_names.insert(name.clone()) {
+                        out.errors.push(Finding {
+                            path: format!("{at}.name"),
+                            message: format!("tool name {name:?} is already taken by another tool"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    if tool_count > MAX_TOOLS {
+        out.errors.push(Finding {
+            path: "spec.tools".into(),
+            message: format!("{tool_count} tools enabled; at most {MAX_TOOLS} are allowed"),
+        });
+    }
+
+    check_servers(spec, &used_servers, &mut out);
+    out
+}
+
+fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Findings) {
+    if spec.mcp_servers.len() > MAX_MCP_SERVERS {
+        out.errors.push(Finding {
+            path: "spec.mcpServers".into(),
+            message: format!(
+                "{} servers declared; at most {MAX_MCP_SERVERS} are allowed",
+                spec.mcp_servers.len()
+            ),
+        });
+    }
+    for (i, server) in spec.mcp_servers.iter().enumerate() {
+        let at = format!("spec.mcpServers[{i}]");
+        if let Some(first) = spec.mcp_servers[..i]
+            .iter()
+            .position(|s| s.name == server.name)
+        {
+            out.errors.push(Finding {
+                path: format!("{at}.name"),
+                message: format!(
+                    "server name {:?} is already declared at spec.mcpServers[{first}]",
+                    server.name
+                ),
+            });
+        }
+        if server.kind != "url" {
+            out.errors.push(Finding {
+                path: format!("{at}.type"),
+                message: format!("unsupported server type {:?}; only \"url\" is", server.kind),
+            });
+        }
+        if !(server.url.starts_with("http://") || server.url.starts_with("https://")) {
+            out.errors.push(Finding {
+                path: format!("{at}.url"),
+                message: format!("{:?} is not an http:// or https:// URL", server.url),
+            });
+        } else if server.url.starts_with("http://") {
+            out.warnings.push(format!(
+                "{at}.url: {} is plain HTTP; tool listings and calls travel unencrypted",
+                server.url
+            ));
+        }
+        if !used.iter().any(|(_, s)| *s == server.name) {
+            out.errors.push(Finding {
+                path: format!("{at}.name"),
+                message: format!(
+                    "server {:?} is declared but no mcp_toolset entry references it",
+                    server.name
+                ),
+            });
+        }
+    }
+    for (i, name) in used {
+        if !spec.mcp_servers.iter().any(|s| s.name == *name) {
+            out.errors.push(Finding {
+                path: format!("spec.tools[{i}].mcp_server_name"),
+                message: format!("server {name:?} is not declared in spec.mcpServers"),
+            });
+        }
+    }
+}
+
+/// Names the kind of an entry, or says why it has none.
+pub fn classify(raw: &[u8]) -> Result<EntryKind, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| format!("not valid JSON: {e}"))?;
+    let Some(obj) = value.as_object() else {
+        return Err("expected an object".into());
+    };
+    let Some(t) = obj.get("type") else {
+        return Err(format!(
+            "type: required but missing; one of {AGENT_TOOLSET_TYPE}, {MCP_TOOLSET_TYPE}, {CUSTOM_TYPE}"
+        ));
+    };
+    let name_of = |key: &str| obj.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    match t.as_str() {
+        Some(AGENT_TOOLSET_TYPE) => Ok(EntryKind::Agent),
+        Some(MCP_TOOLSET_TYPE) => Ok(EntryKind::Mcp {
+            server: name_of("mcp_server_name").filter(|s| !s.is_empty()),
+        }),
+        Some(CUSTOM_TYPE) => Ok(EntryKind::Custom {
+            name: name_of("name"),
+        }),
+        Some(other) => Err(format!(
+            "type: unknown tool type {other:?}; one of {AGENT_TOOLSET_TYPE}, {MCP_TOOLSET_TYPE}, {CUSTOM_TYPE}"
+        )),
+        None => Err("type: expected a string".into()),
+    }
+}
+
+/// A custom tool: `{type, name, description?, input_schema}`, the name as
+/// the model endpoint accepts tool names.
+fn check_custom(raw: &[u8], at: &str) -> Result<(), Finding> {
+    let fail = |path: String, message: String| Err(Finding { path, message });
+    let value: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
+    let obj = value.as_object().cloned().unwrap_or_default();
+    for key in obj.keys() {
+        if !["type", "name", "description", "input_schema"].contains(&key.as_str()) {
+            return fail(
+                format!("{at}.{key}"),
+                "unknown key; allowed here: type, name, description, input_schema".into(),
+            );
+        }
+    }
+    match obj.get("name").and_then(|n| n.as_str()) {
+        None => return fail(format!("{at}.name"), "required string is missing".into()),
+        Some(n) if !valid_tool_name(n) => {
+            return fail(
+                format!("{at}.name"),
+                format!("{n:?} is not a tool name (1-64 of A-Z a-z 0-9 _ -)"),
+            );
+        }
+        Some(n) if toolset::BUILTIN_TOOLS.contains(&n) || toolset::is_web_tool(n) => {
+            return fail(
+                format!("{at}.name"),
+                format!("{n:?} is a built-in tool's name; pick another"),
+            );
+        }
+        Some(_) => {}
+    }
+    if let Some(d) = obj.get("description") {
+        if !d.is_string() {
+            return fail(format!("{at}.description"), "expected a string".into());
+        }
+    }
+    match obj.get("input_schema") {
+        Some(s) if s.is_object() => Ok(()),
+        Some(_) => fail(
+            format!("{at}.input_schema"),
+            "expected an object (a JSON schema)".into(),
+        ),
+        None => fail(
+            format!("{at}.input_schema"),
+            "required object is missing".into(),
+        ),
+    }
+}
+
+/// Tool names as the model endpoint accepts them.
+pub fn valid_tool_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
