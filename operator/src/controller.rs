@@ -244,18 +244,18 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
             }
         }
         None => {
-            if let Some(p) = existing {
-                if p.metadata.deletion_timestamp.is_none() {
-                    pods.delete(&pod_name, &DeleteParams::default()).await?;
-                    publish(
-                        ctx,
-                        session,
-                        EventType::Warning,
-                        "StoppedPod",
-                        format!("the toolset is invalid; deleted pod {pod_name}"),
-                    )
-                    .await;
-                }
+            if let Some(p) = existing
+                && p.metadata.deletion_timestamp.is_none()
+            {
+                pods.delete(&pod_name, &DeleteParams::default()).await?;
+                publish(
+                    ctx,
+                    session,
+                    EventType::Warning,
+                    "StoppedPod",
+                    format!("the toolset is invalid; deleted pod {pod_name}"),
+                )
+                .await;
             }
         }
     }

@@ -129,14 +129,13 @@ pub async fn hold(api: Api<Lease>, cfg: LeaseConfig) -> Error {
 /// Gives the lease up on shutdown so a standby takes over at once instead
 /// of waiting for it to expire.
 pub async fn release(api: &Api<Lease>, cfg: &LeaseConfig) {
-    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await {
-        if let Some(spec) = lease.spec.as_mut() {
-            if spec.holder_identity.as_deref() == Some(cfg.identity.as_str()) {
-                spec.holder_identity = None;
-                spec.renew_time = None;
-                let _ = api.replace(&cfg.name, &PostParams::default(), &lease).await;
-            }
-        }
+    if let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await
+        && let Some(spec) = lease.spec.as_mut()
+        && spec.holder_identity.as_deref() == Some(cfg.identity.as_str())
+    {
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        let _ = api.replace(&cfg.name, &PostParams::default(), &lease).await;
     }
 }
 

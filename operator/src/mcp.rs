@@ -230,12 +230,11 @@ pub fn find_sse_response(stream: &str, id: &Value) -> Option<Value> {
     let mut found = None;
     let mut flush = |data: &mut String| {
         if !data.is_empty() {
-            if let Ok(v) = serde_json::from_str::<Value>(data) {
-                if v.get("id") == Some(id)
-                    && (v.get("result").is_some() || v.get("error").is_some())
-                {
-                    found = Some(v);
-                }
+            if let Ok(v) = serde_json::from_str::<Value>(data)
+                && v.get("id") == Some(id)
+                && (v.get("result").is_some() || v.get("error").is_some())
+            {
+                found = Some(v);
             }
             data.clear();
         }

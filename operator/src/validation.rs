@@ -285,10 +285,10 @@ fn check_custom(raw: &[u8], at: &str) -> Result<(), Finding> {
         }
         Some(_) => {}
     }
-    if let Some(d) = obj.get("description") {
-        if !d.is_string() {
-            return fail(format!("{at}.description"), "expected a string".into());
-        }
+    if let Some(d) = obj.get("description")
+        && !d.is_string()
+    {
+        return fail(format!("{at}.description"), "expected a string".into());
     }
     match obj.get("input_schema") {
         Some(s) if s.is_object() => Ok(()),

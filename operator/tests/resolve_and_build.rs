@@ -1,0 +1,306 @@
+//! Resolution, the pod builder and status, without a cluster.
+
+use crds::{AgentSession, AgentSessionSpec, McpServer, SessionPhase};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::core::ObjectMeta;
+use operator::pod::{PodConfig, build_pod, object_name, pod_name, spec_hash};
+use operator::resolution::{Listings, resolve};
+use operator::status::build_status;
+use serde_json::json;
+use toolset::McpTool;
+
+fn session(spec: serde_json::Value) -> AgentSession {
+    let spec: AgentSessionSpec = serde_json::from_value(spec).expect("spec");
+    let mut s = AgentSession::new("demo", spec);
+    s.metadata = ObjectMeta {
+        name: Some("demo".into()),
+        namespace: Some("team-a".into()),
+        uid: Some("1f0c2f59-0000-4000-8000-000000000001".into()),
+        generation: Some(3),
+        ..ObjectMeta::default()
+    };
+    s
+}
+
+fn cfg() -> PodConfig {
+    PodConfig {
+        runner_image: "localhost/agentplane/runner:dev".into(),
+        image_pull_policy: "IfNotPresent".into(),
+    }
+}
+
+fn example() -> AgentSession {
+    session(json!({
+        "image": "localhost/agentplane/sandbox:dev",
+        "workdir": "/workspace",
+        "tools": [{"type": "agent_toolset_20260401",
+                   "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}]}],
+        "lifetime": {"activeDeadlineSeconds": 3600, "idleTimeoutSeconds": 600}
+    }))
+}
+
+#[test]
+fn resolution_of_the_example() {
+    let s = example();
+    let res = resolve(&s.spec, &Listings::new());
+    assert!(res.runner.is_some());
+    let names: Vec<_> = res.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["bash", "read", "write", "edit", "glob", "grep"]);
+    assert_eq!(res.policies["write"], "always_ask");
+    assert_eq!(res.policies["bash"], "always_allow");
+    assert_eq!(
+        res.toolsets[0]["default_config"],
+        json!({"enabled": true, "permission_policy": {"type": "always_allow"}})
+    );
+    assert_eq!(res.conditions.len(), 1);
+    assert_eq!(res.conditions[0].type_, "ToolsetValid");
+    assert!(res.conditions[0].status);
+}
+
+#[test]
+fn an_invalid_toolset_resolves_to_no_runner_and_says_why() {
+    let s = session(
+        json!({"image": "x", "tools": [{"type": "agent_toolset_20260401", "configs": [{"name": "bash", "permission_polciy": {}}]}]}),
+    );
+    let res = resolve(&s.spec, &Listings::new());
+    assert!(res.runner.is_none());
+    assert!(res.tools.is_empty());
+    let c = &res.conditions[0];
+    assert_eq!(
+        (c.type_, c.status, c.reason.as_str()),
+        ("ToolsetValid", false, "InvalidToolset")
+    );
+    assert!(
+        c.message
+            .starts_with("spec.tools[0].configs[0].permission_polciy: unknown key"),
+        "{}",
+        c.message
+    );
+    // The echo is still written, so a human sees what is stored.
+    assert_eq!(res.toolsets.len(), 1);
+    let st = build_status(
+        &res,
+        None,
+        "demo-sandbox",
+        None,
+        Some(3),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert_eq!(st.phase, Some(SessionPhase::Invalid));
+    assert!(st.pod_name.is_none() && st.endpoint.is_none());
+}
+
+#[test]
+fn mcp_tools_resolve_from_the_listing_and_unknown_configs_are_noted() {
+    let mut s = session(json!({"image": "x", "tools": [
+        {"type": "agent_toolset_20260401", "default_config": {"enabled": false}},
+        {"type": "mcp_toolset", "mcp_server_name": "docs",
+         "configs": [{"name": "search", "permission_policy": {"type": "always_allow"}}, {"name": "serch"}]}
+    ]}));
+    s.spec.mcp_servers = vec![McpServer {
+        kind: "url".into(),
+        name: "docs".into(),
+        url: "https://docs/mcp".into(),
+    }];
+    let tool = |n: &str| McpTool {
+        name: n.into(),
+        description: format!("{n}!"),
+        input_schema: json!({"type": "object"}),
+    };
+    let listings: Listings = [("docs".to_owned(), Ok(vec![tool("search"), tool("delete")]))].into();
+    let res = resolve(&s.spec, &listings);
+    let got: Vec<_> = res
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.policy.as_deref(), t.source.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("mcp__docs__search", Some("always_allow"), "mcp:docs"),
+            ("mcp__docs__delete", Some("always_ask"), "mcp:docs"),
+        ]
+    );
+    let mcp = res
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "McpResolved")
+        .expect("condition");
+    assert!(mcp.status);
+    assert_eq!(mcp.reason, "UnknownConfigNames");
+    assert!(mcp.message.contains("\"serch\""));
+    assert!(res.warnings.iter().any(|w| w.contains("\"serch\"")));
+
+    let down: Listings = [(
+        "docs".to_owned(),
+        Err("https://docs/mcp: cannot connect".to_owned()),
+    )]
+    .into();
+    let res = resolve(&s.spec, &down);
+    assert!(
+        res.runner.is_some(),
+        "an unreachable server does not stop the sandbox"
+    );
+    assert!(res.retry_mcp);
+    let mcp = res
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "McpResolved")
+        .expect("condition");
+    assert_eq!(
+        (mcp.status, mcp.reason.as_str()),
+        (false, "ServerUnavailable")
+    );
+    assert!(mcp.message.contains("cannot connect"));
+}
+
+#[test]
+fn the_pod_is_hardened_for_pod_security_restricted() {
+    let pod = build_pod(&example(), &cfg());
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(spec.enable_service_links, Some(false));
+    assert_eq!(spec.active_deadline_seconds, Some(3600));
+    let psc = spec
+        .security_context
+        .as_ref()
+        .expect("pod security context");
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        let sc = c
+            .security_context
+            .as_ref()
+            .expect("container security context");
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(
+            sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+            Some(vec!["ALL".to_owned()])
+        );
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert!(sc.privileged.is_none());
+        assert!(c.ports.is_none(), "no port is exposed to the network");
+    }
+    for v in spec.volumes.iter().flatten() {
+        assert!(v.host_path.is_none(), "{}", v.name);
+    }
+}
+
+#[test]
+fn the_runner_runs_inside_the_sessions_image() {
+    let pod = build_pod(&example(), &cfg());
+    let spec = pod.spec.as_ref().expect("spec");
+    let install = &spec.init_containers.as_ref().expect("init")[0];
+    assert_eq!(
+        install.image.as_deref(),
+        Some("localhost/agentplane/runner:dev")
+    );
+    let sandbox = &spec.containers[0];
+    assert_eq!(
+        sandbox.image.as_deref(),
+        Some("localhost/agentplane/sandbox:dev")
+    );
+    assert_eq!(
+        sandbox.command.as_ref().expect("command")[0],
+        "/opt/agentplane/bin/agent-sidecar"
+    );
+    let args = sandbox.args.as_ref().expect("args").join(" ");
+    assert!(args.contains("--socket /run/agent/runner.sock"), "{args}");
+    assert!(args.contains("--listen 127.0.0.1:7070"), "{args}");
+    assert!(args.contains("--idle-timeout-seconds 600"), "{args}");
+    assert_eq!(pod.metadata.name.as_deref(), Some("demo-sandbox"));
+    let owner = &pod.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("AgentSession", Some(true))
+    );
+}
+
+#[test]
+fn pod_snapshot() {
+    insta::assert_json_snapshot!("sandbox_pod", build_pod(&example(), &cfg()));
+}
+
+#[test]
+fn the_spec_hash_follows_the_session() {
+    let a = build_pod(&example(), &cfg());
+    let mut changed = example();
+    changed.spec.image = "other".into();
+    let b = build_pod(&changed, &cfg());
+    let hash = |p: &Pod| spec_hash(p.spec.as_ref().expect("spec"));
+    assert_ne!(hash(&a), hash(&b));
+    assert_eq!(
+        hash(&a),
+        hash(&build_pod(&example(), &cfg())),
+        "deterministic"
+    );
+}
+
+#[test]
+fn long_names_stay_within_limits_and_apart() {
+    let a = "a".repeat(200);
+    let b = format!("{}b", "a".repeat(199));
+    let (na, nb) = (pod_name(&a), pod_name(&b));
+    assert!(na.len() <= 63 && nb.len() <= 63);
+    assert_ne!(na, nb);
+    assert!(na.ends_with("-sandbox"));
+    assert_eq!(object_name("short", "toolset"), "short-toolset");
+}
+
+#[test]
+fn status_follows_the_pod() {
+    let s = example();
+    let res = resolve(&s.spec, &Listings::new());
+    let now = Timestamp::UNIX_EPOCH;
+    let st = build_status(&res, None, "demo-sandbox", None, Some(3), now);
+    assert_eq!(st.phase, Some(SessionPhase::Pending));
+    assert_eq!(st.tool_count, Some(6));
+    assert_eq!(st.observed_generation, Some(3));
+
+    let mut pod = build_pod(&s, &cfg());
+    pod.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    });
+    let ready = build_status(
+        &res,
+        Some(&pod),
+        "demo-sandbox",
+        Some(&st),
+        Some(3),
+        Timestamp::from_second(100).expect("t"),
+    );
+    assert_eq!(ready.phase, Some(SessionPhase::Ready));
+    let cond = |st: &crds::AgentSessionStatus, t: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .cloned()
+            .expect("condition")
+    };
+    assert_eq!(cond(&ready, "Ready").status, "True");
+    assert_eq!(ready.pod_name.as_deref(), Some("demo-sandbox"));
+    assert_eq!(ready.endpoint.as_ref().map(|e| e.port), Some(7070));
+    // ToolsetValid did not change, so its transition time is kept.
+    assert_eq!(
+        cond(&ready, "ToolsetValid").last_transition_time,
+        cond(&st, "ToolsetValid").last_transition_time
+    );
+    assert_ne!(
+        cond(&ready, "Ready").last_transition_time,
+        cond(&st, "Ready").last_transition_time
+    );
+}
