@@ -276,29 +276,22 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         requeue = requeue.min(Duration::from_secs(15));
     }
 
-    // Events for what changed since the last status, so a steady state is quiet.
-    let old_msg = |t: &str| {
+    // Events only for what changed since the last status, so a steady
+    // state is quiet: a changed condition is published, and so is every
+    // soft finding of the resolution (unknown MCP config names, web tools).
+    let old = |t: &str| {
         previous
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
             .map(|c| (c.status.clone(), c.message.clone()))
     };
+    let mut any_changed = false;
     for c in &new_status.conditions {
-        let changed = old_msg(&c.type_) != Some((c.status.clone(), c.message.clone()));
-        if !changed {
+        if old(&c.type_) == Some((c.status.clone(), c.message.clone())) {
             continue;
         }
-        match (c.type_.as_str(), c.status.as_str(), c.reason.as_str()) {
-            ("ToolsetValid", "False", _) => {
-                publish(
-                    ctx,
-                    session,
-                    EventType::Warning,
-                    &c.reason,
-                    c.message.clone(),
-                )
-                .await
-            }
-            ("McpResolved", "False", _) | ("McpResolved", "True", "UnknownConfigNames") => {
+        any_changed = true;
+        match (c.type_.as_str(), c.status.as_str()) {
+            ("ToolsetValid" | "McpResolved", "False") => {
                 publish(
                     ctx,
                     session,
@@ -308,10 +301,22 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
                 )
                 .await;
             }
-            ("Ready", "True", _) => {
-                publish(ctx, session, EventType::Normal, "Ready", c.message.clone()).await
+            ("Ready", "True") => {
+                publish(ctx, session, EventType::Normal, "Ready", c.message.clone()).await;
             }
             _ => {}
+        }
+    }
+    if any_changed {
+        for w in &res.warnings {
+            publish(
+                ctx,
+                session,
+                EventType::Warning,
+                "ToolsetWarning",
+                w.clone(),
+            )
+            .await;
         }
     }
     let body = serde_json::json!({

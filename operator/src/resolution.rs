@@ -210,7 +210,9 @@ pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
     if any_mcp {
         let (status, reason, message) = if !mcp_problems.is_empty() {
             out.retry_mcp = true;
-            (false, "ServerUnavailable", mcp_problems.join("; "))
+            let mut all = mcp_problems;
+            all.extend(unknown_notes.iter().cloned());
+            (false, "ServerUnavailable", all.join("; "))
         } else if !unknown_notes.is_empty() {
             (true, "UnknownConfigNames", unknown_notes.join("; "))
         } else {

@@ -1,0 +1,374 @@
+//! Helpers for tests that run against the real single-node cluster the
+//! harness in `tests/cluster` starts: `kubectl` as a user runs it, the
+//! operator as a process, a CA and webhook registration made per run.
+//!
+//! Nothing here mocks the cluster. Without one the tests fail and say how
+//! to get one (`scripts/test-all.sh` starts it).
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from("../.."))
+}
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: these tests need the real cluster; run scripts/test-all.sh, or tests/cluster/cluster.sh up and export KUBECONFIG and KUBECTL")
+    })
+}
+
+/// A command's outcome, as text.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Self {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// kubectl against the harness cluster.
+#[derive(Debug, Clone)]
+pub struct Kubectl {
+    pub bin: String,
+    pub kubeconfig: String,
+}
+
+impl Kubectl {
+    /// From `KUBECTL` and `KUBECONFIG`.
+    pub fn from_env() -> Self {
+        Self {
+            bin: std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()),
+            kubeconfig: required_env("KUBECONFIG"),
+        }
+    }
+
+    /// Runs kubectl with `args`, feeding `stdin` when given.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin));
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes())
+                .expect("write kubectl stdin");
+        }
+        child.wait_with_output().expect("kubectl finishes").into()
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> Run {
+        self.run(&["apply", "-f", "-"], Some(yaml))
+    }
+
+    /// An object as JSON, or `None` when it does not exist.
+    pub fn get(&self, args: &[&str]) -> Option<Value> {
+        let mut all = vec!["get"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-o", "json"]);
+        let r = self.run(&all, None);
+        if !r.ok {
+            return None;
+        }
+        serde_json::from_str(&r.stdout).ok()
+    }
+
+    /// Runs and insists on success.
+    pub fn must(&self, args: &[&str]) -> String {
+        let r = self.run(args, None);
+        assert!(r.ok, "kubectl {} failed: {}", args.join(" "), r.stderr);
+        r.stdout
+    }
+}
+
+/// Polls `f` every 250 ms until it yields, or fails naming `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A TCP port free on loopback right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A CA and a serving certificate for 127.0.0.1, written to a temp dir.
+#[derive(Debug)]
+pub struct Certs {
+    pub dir: tempfile::TempDir,
+    pub ca_pem: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Certs {
+    pub fn generate() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "agentplane e2e CA");
+        let ca_key = KeyPair::generate().expect("ca key");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("ca cert");
+        let issuer = Issuer::new(ca_params, ca_key);
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("params");
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "agentplane-webhook");
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &issuer).expect("signed");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cert_path = dir.path().join("tls.crt");
+        let key_path = dir.path().join("tls.key");
+        std::fs::write(&cert_path, cert.pem()).expect("write cert");
+        std::fs::write(&key_path, key.serialize_pem()).expect("write key");
+        Self {
+            dir,
+            ca_pem: ca_cert.pem(),
+            cert: cert_path,
+            key: key_path,
+        }
+    }
+}
+
+/// The operator, run as a process; killed when dropped.
+#[derive(Debug)]
+pub struct Operator {
+    child: Child,
+    pub health_port: u16,
+    pub log: PathBuf,
+}
+
+/// The `agent-operator` binary `cargo build -p operator` made.
+pub fn operator_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("AGENTPLANE_OPERATOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"));
+    target.join("debug/agent-operator")
+}
+
+impl Operator {
+    /// Starts the operator with the webhook on `webhook_port` and waits
+    /// until /readyz answers.
+    pub fn start(
+        kubeconfig: &str,
+        certs: &Certs,
+        webhook_port: u16,
+        log: &Path,
+        extra: &[&str],
+    ) -> Self {
+        let bin = operator_bin();
+        assert!(
+            bin.exists(),
+            "{} is missing: run cargo build -p operator first",
+            bin.display()
+        );
+        let health_port = free_port();
+        let logfile = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = Command::new(&bin)
+            .arg("run")
+            .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
+            .args(["--health-addr", &format!("127.0.0.1:{health_port}")])
+            .arg("--tls-cert")
+            .arg(&certs.cert)
+            .arg("--tls-key")
+            .arg(&certs.key)
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,operator=debug")
+            .stdout(logfile.try_clone().expect("log"))
+            .stderr(logfile)
+            .spawn()
+            .expect("operator starts");
+        let op = Self {
+            child,
+            health_port,
+            log: log.to_owned(),
+        };
+        wait_for("the operator's /readyz", Duration::from_secs(30), || {
+            op.ready().then_some(())
+        });
+        op
+    }
+
+    /// Whether /readyz answers 200.
+    pub fn ready(&self) -> bool {
+        http_get(self.health_port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    }
+
+    /// Kills it at once, as a node failure would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bare HTTP/1.1 GET on loopback; the raw response.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Registers the validating webhook for AgentSessions at
+/// `https://127.0.0.1:{port}/validate`, trusting `ca_pem`.
+pub fn register_webhook(k: &Kubectl, name: &str, ca_pem: &str, port: u16) -> Run {
+    let ca = base64(ca_pem.as_bytes());
+    let yaml = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: agentsessions.agentplane.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 10
+    clientConfig:
+      url: https://127.0.0.1:{port}/validate
+      caBundle: {ca}
+    rules:
+      - apiGroups: ["agentplane.dev"]
+        apiVersions: ["v1alpha1"]
+        resources: ["agentsessions"]
+        operations: ["CREATE", "UPDATE"]
+"#
+    );
+    k.apply(&yaml)
+}
+
+/// Standard base64, for caBundle.
+pub fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A namespace made for one scenario, labelled as given; deleted on drop.
+#[derive(Debug)]
+pub struct Namespace {
+    k: Kubectl,
+    pub name: String,
+}
+
+impl Namespace {
+    pub fn create(k: &Kubectl, name: &str, labels: &[(&str, &str)]) -> Self {
+        let _ = k.run(
+            &["delete", "namespace", name, "--wait=true", "--timeout=60s"],
+            None,
+        );
+        let mut yaml = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    agentplane.dev/e2e: \"true\"\n"
+        );
+        for (key, v) in labels {
+            yaml.push_str(&format!("    {key}: \"{v}\"\n"));
+        }
+        let r = k.apply(&yaml);
+        assert!(r.ok, "create namespace {name}: {}", r.stderr);
+        Self {
+            k: k.clone(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self
+            .k
+            .run(&["delete", "namespace", &self.name, "--wait=false"], None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_matches_the_standard() {
+        assert_eq!(super::base64(b""), "");
+        assert_eq!(super::base64(b"f"), "Zg==");
+        assert_eq!(super::base64(b"fo"), "Zm8=");
+        assert_eq!(super::base64(b"foo"), "Zm9v");
+        assert_eq!(super::base64(b"foobar"), "Zm9vYmFy");
+    }
+}
