@@ -38,6 +38,11 @@ pub enum Command {
     },
     /// Print the AgentSession CRD as YAML.
     Crd,
+    /// GET a URL and exit 0 on a 2xx answer (the chart's `helm test`).
+    Probe {
+        /// e.g. http://agentplane-webhook.agentplane-system.svc:8081/readyz
+        url: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +107,7 @@ pub async fn main(cli: Cli) -> ExitCode {
             }
         },
         Command::Check { file } => run_check(&file),
+        Command::Probe { url } => probe(&url).await,
         Command::Run(args) => match run(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -110,6 +116,33 @@ pub async fn main(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+async fn probe(url: &str) -> ExitCode {
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("agent-operator probe: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => {
+            println!("{url}: {}", r.status());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            eprintln!("agent-operator probe: {url} answered {}", r.status());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("agent-operator probe: {url}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
