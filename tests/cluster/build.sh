@@ -4,13 +4,16 @@
 #
 #   tests/cluster/build.sh          build what is missing, print the bin dir
 #   tests/cluster/build.sh --force  rebuild everything
+#   tests/cluster/build.sh gomod v1.X.Y   regenerate go/k8s/go.mod (+go.sum) for
+#                                   another Kubernetes release: the staging modules
+#                                   k8s.io/* are pinned by replace to v0.X.Y
 #
 # Versions live in tests/cluster/go/{k8s,etcd,helm}/go.mod (+ go.sum). Each
 # component is rebuilt when the sha256 of its go.mod/go.sum changes.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=SCRIPTDIR/lib.sh
 . "$HERE/lib.sh"
 
 force=0
@@ -26,9 +29,9 @@ need_go() {
 	fi
 }
 
-# stamp_of DIR -> sha256 of the module's go.mod + go.sum
+# stamp_of DIR -> sha256 of the module's go.mod (without comments) + go.sum
 stamp_of() {
-	cat "$1/go.mod" "$1/go.sum" | sha256sum | cut -d' ' -f1
+	{ grep -v '^[[:space:]]*//' "$1/go.mod"; cat "$1/go.sum"; } | sha256sum | cut -d' ' -f1
 }
 
 # build_component NAME MODDIR "LDFLAGS" OUTPUT... -- PKG...
@@ -72,6 +75,38 @@ build_component() {
 	log "build: $name done in $((SECONDS - t0))s"
 }
 
+gen_gomod() {
+	local v=$1
+	[[ "$v" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || die "gomod: want a version like v1.37.2, got '$v'"
+	local sv="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}" moddir="$GOMOD_DIR/k8s" src
+	need_go
+	src=$(cd "$moddir" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+	[[ -f "$src" ]] || die "gomod: cannot download k8s.io/kubernetes@$v"
+	local gov godebug m
+	gov=$(awk '$1 == "go" {print $2; exit}' "$src")
+	godebug=$(awk '$1 == "godebug" {print; exit}' "$src")
+	{
+		printf '%s\n' \
+			'// Pinned Kubernetes control plane + node binaries for the agentplane test' \
+			'// cluster (tests/cluster/build.sh). The staging modules k8s.io/* are pinned by' \
+			'// replace to the v0.x.y that matches k8s.io/kubernetes v1.x.y.' \
+			'// Regenerate after a version bump with: tests/cluster/build.sh gomod VERSION' \
+			'module agentplane.test/cluster/k8s' '' "go $gov"
+		[[ -n "$godebug" ]] && printf '\n%s\n' "$godebug"
+		printf '\ntool (\n'
+		for m in kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet; do
+			printf '\tk8s.io/kubernetes/cmd/%s\n' "$m"
+		done
+		printf ')\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$v"
+		sed -n 's|^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' "$src" | grep -v '^k8s.io/sample-' |
+			while IFS= read -r m; do printf '\t%s => %s %s\n' "$m" "$m" "$sv"; done
+		printf ')\n'
+	} >"$moddir/go.mod"
+	rm -f "$moddir/go.sum"
+	(cd "$moddir" && GOFLAGS=-mod=mod nice -n 19 go mod tidy) || die "gomod: go mod tidy failed"
+	log "gomod: $moddir/go.mod now pins k8s.io/kubernetes $v (staging $sv); run build.sh to build it"
+}
+
 main() {
 	mkdir -p "$BIN_DIR"
 	local t0=$SECONDS
@@ -94,4 +129,8 @@ main() {
 	echo "$BIN_DIR"
 }
 
+if [[ "${1:-}" == gomod ]]; then
+	gen_gomod "${2:-}"
+	exit 0
+fi
 main "$@"

@@ -17,7 +17,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=SCRIPTDIR/lib.sh
 . "$HERE/lib.sh"
 
 # --- settings (env-overridable) ----------------------------------------------
@@ -36,9 +36,15 @@ KUBELET_PORT="${AGENTPLANE_KUBELET_PORT:-10250}"
 CGROUP_ROOT="/agentplane-cluster"
 CNI_NET="agentplane"
 FWD_CHAIN="AGENTPLANE-FWD"
+IN_CHAIN="AGENTPLANE-IN"
 API_URL="https://127.0.0.1:$API_PORT"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
-DEB_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack openssl curl gcc libc6-dev)
+# Host sysctls that kubelet (kernel tunables), kube-proxy (route_localnet) and the
+# CNI bridge (ip_forward) change: saved by up, restored by down.
+HOST_SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.bridge.bridge-nf-call-iptables
+	net.bridge.bridge-nf-call-ip6tables vm.overcommit_memory kernel.panic kernel.panic_on_oops
+	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+DEB_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 openssl curl gcc libc6-dev)
 
 KUBECTL="$BIN_DIR/kubectl"
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
@@ -132,7 +138,7 @@ stop() {
 			# a zombie child of ours counts as gone
 			[[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]] && break
 			sleep 0.1
-			[[ $i -eq 60 ]] && kill -KILL "$pid" 2>/dev/null || true
+			if [[ $i -eq 60 ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
 		done
 		log "stopped $name (pid $pid)"
 	fi
@@ -224,6 +230,25 @@ EOF
 	chmod 600 "$file"
 }
 
+# --- host sysctls ---------------------------------------------------------------------
+save_sysctls() {
+	local f="$STATE_DIR/host-sysctls" k v
+	[[ -f "$f" ]] && return 0
+	for k in "${HOST_SYSCTLS[@]}"; do
+		v=$(sysctl -n "$k" 2>/dev/null) || continue
+		printf '%s=%s\n' "$k" "$v"
+	done >"$f.tmp"
+	mv "$f.tmp" "$f"
+}
+
+restore_sysctls() {
+	local f="$STATE_DIR/host-sysctls" kv
+	[[ -f "$f" ]] || return 0
+	while IFS= read -r kv; do
+		[[ -n "$kv" ]] && { sysctl -qw "$kv" 2>/dev/null || log "warning: cannot restore sysctl $kv"; }
+	done <"$f"
+}
+
 # --- host network ------------------------------------------------------------------
 setup_network() {
 	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
@@ -238,20 +263,43 @@ setup_network() {
 	else
 		log "warning: br_netfilter not loaded; Service traffic relies on kube-proxy masqueradeAll"
 	fi
-	# Pods may talk to each other and to this host, never beyond it.
-	iptables -w -N "$FWD_CHAIN" 2>/dev/null || true
-	iptables -w -F "$FWD_CHAIN"
-	iptables -w -A "$FWD_CHAIN" -s "$POD_CIDR" -o "$BRIDGE" -j RETURN
-	iptables -w -A "$FWD_CHAIN" -s "$POD_CIDR" -j DROP
-	iptables -w -C FORWARD -j "$FWD_CHAIN" 2>/dev/null || iptables -w -I FORWARD 1 -j "$FWD_CHAIN"
+	# Pods may talk to each other and to this host, never beyond it. In the
+	# mangle table, so that no ACCEPT of kube-proxy's filter rules comes first.
+	iptables -w -t mangle -N "$FWD_CHAIN" 2>/dev/null || true
+	iptables -w -t mangle -F "$FWD_CHAIN"
+	iptables -w -t mangle -A "$FWD_CHAIN" -s "$POD_CIDR" -o "$BRIDGE" -j RETURN
+	iptables -w -t mangle -A "$FWD_CHAIN" -s "$POD_CIDR" -j DROP
+	iptables -w -t mangle -C FORWARD -j "$FWD_CHAIN" 2>/dev/null || iptables -w -t mangle -I FORWARD 1 -j "$FWD_CHAIN"
+	# The API server listens on 0.0.0.0 (loopback for us, the bridge address for
+	# pods): refuse it on every other interface.
+	iptables -w -N "$IN_CHAIN" 2>/dev/null || true
+	iptables -w -F "$IN_CHAIN"
+	iptables -w -A "$IN_CHAIN" -i lo -j RETURN
+	iptables -w -A "$IN_CHAIN" -i "$BRIDGE" -j RETURN
+	iptables -w -A "$IN_CHAIN" -p tcp --dport "$API_PORT" -j DROP
+	iptables -w -C INPUT -j "$IN_CHAIN" 2>/dev/null || iptables -w -I INPUT 1 -j "$IN_CHAIN"
 }
 
 teardown_network() {
-	if iptables -w -C FORWARD -j "$FWD_CHAIN" 2>/dev/null; then
-		iptables -w -D FORWARD -j "$FWD_CHAIN" || true
-	fi
-	iptables -w -F "$FWD_CHAIN" 2>/dev/null || true
-	iptables -w -X "$FWD_CHAIN" 2>/dev/null || true
+	local ch table parent chain
+	for ch in "mangle:FORWARD:$FWD_CHAIN" "filter:INPUT:$IN_CHAIN"; do
+		IFS=: read -r table parent chain <<<"$ch"
+		while iptables -w -t "$table" -C "$parent" -j "$chain" 2>/dev/null; do
+			iptables -w -t "$table" -D "$parent" -j "$chain" || break
+		done
+		iptables -w -t "$table" -F "$chain" 2>/dev/null || true
+		iptables -w -t "$table" -X "$chain" 2>/dev/null || true
+	done
+	# kube-proxy's KUBE-FIREWALL (its --cleanup leaves it), IPv4 and IPv6.
+	local t c
+	for t in iptables ip6tables; do
+		command -v "$t" >/dev/null || continue
+		for c in INPUT OUTPUT; do
+			while "$t" -w -C "$c" -j KUBE-FIREWALL 2>/dev/null; do "$t" -w -D "$c" -j KUBE-FIREWALL || break; done
+		done
+		"$t" -w -F KUBE-FIREWALL 2>/dev/null || true
+		"$t" -w -X KUBE-FIREWALL 2>/dev/null || true
+	done
 	# CNI bridge/portmap rules left behind by sandboxes that never got a CNI DEL.
 	local rule
 	while IFS= read -r rule; do
@@ -319,7 +367,9 @@ oom_score = 0
   stream_server_port = "0"
   enable_selinux = false
   disable_apparmor = true
-  restrict_oom_score_adj = false
+  # This machine withholds CAP_SYS_RESOURCE: a negative oom_score_adj (-998 for
+  # the pause process) is refused by the kernel, so clamp to containerd's own.
+  restrict_oom_score_adj = true
   max_container_log_line_size = 16384
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -332,6 +382,7 @@ oom_score = 0
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$RUN_DIR/runc"
         BinaryName = "$(command -v runc)"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -528,18 +579,20 @@ cmd_up() {
 		echo "$KUBECONFIG_PATH"
 		return 0
 	fi
-	if any_started; then
-		log "cluster partially up; tearing down the rest first"
+	if any_started || [[ -e "$STATE_DIR" || -e "$RUN_DIR" ]]; then
+		log "cluster partially up or stale state in $STATE_DIR; cleaning it up first"
 		cmd_down
 	fi
 	ensure_packages
 	"$HERE/build.sh" >/dev/null
-	local pause_tar
+	local pause_tar sandbox_tar
 	pause_tar=$("$HERE/image.sh" pause-tarball)
+	sandbox_tar=$("$HERE/image.sh" sandbox-base-tarball)
 
 	mkdir -p "$STATE_DIR" "$LOG_DIR" "$PID_DIR" "$RUN_DIR"
 	chmod 700 "$STATE_DIR"
 	gen_pki
+	save_sysctls
 	write_kubeconfig "$KUBECONFIG_PATH" admin
 	write_configs
 	setup_network
@@ -591,7 +644,7 @@ cmd_up() {
 
 	start containerd "$(command -v containerd)" --config "$STATE_DIR/containerd/config.toml"
 	wait_for containerd 60 "containerd socket" ctr --address "$CONTAINERD_SOCK" version
-	"$HERE/image.sh" import "$pause_tar"
+	"$HERE/image.sh" import "$pause_tar" "$sandbox_tar"
 
 	start kubelet "$BIN_DIR/kubelet" \
 		--config "$STATE_DIR/kubelet/config.yaml" \
@@ -687,12 +740,25 @@ cmd_down() {
 	# 4. Mounts, network, cgroups, state.
 	cleanup_mounts
 	teardown_network
+	restore_sysctls
 	teardown_cgroups
 	local l
 	for l in /var/log/containers/*.log; do
 		[[ -L "$l" && "$(readlink "$l")" == "$STATE_DIR"/* ]] && rm -f "$l"
 	done
-	rm -rf /var/lib/cni/results/"$CNI_NET"-* 2>/dev/null || true
+	# Fixed paths outside our dirs that the components use: remove only our
+	# entries, and the directories only when they are then empty.
+	local r id
+	for r in /var/lib/cni/results/"$CNI_NET"-*-eth0; do
+		[[ -e "$r" ]] || continue
+		id=${r#/var/lib/cni/results/"$CNI_NET"-}
+		id=${id%-eth0}
+		rm -f "$r" "/var/lib/cni/results/cni-loopback-$id-lo"
+	done
+	rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+	rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet /var/lib/cni/results /var/lib/cni \
+		/run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd \
+		/run/netns /var/log/containers 2>/dev/null || true
 	cleanup_mounts
 	rm -rf "$STATE_DIR" "$RUN_DIR"
 	local left
@@ -752,10 +818,11 @@ main() {
 	image) cmd_image "$@" ;;
 	kubectl) kc "$@" ;;
 	helm) KUBECONFIG="$KUBECONFIG_PATH" "$BIN_DIR/helm" "$@" ;;
-	env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$PATH"\n' "$KUBECONFIG_PATH" "$BIN_DIR" ;;
+	env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$%s"\n' "$KUBECONFIG_PATH" "$BIN_DIR" PATH ;;
 	help | -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
 	*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 }
 
-main "$@"
+# Sourcing this file (for debugging) defines the functions without running main.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

@@ -1,7 +1,7 @@
 // Pinned Kubernetes control plane + node binaries for the agentplane test
-// cluster (tests/cluster/cluster.sh build). The staging modules k8s.io/* are
-// pinned by replace to the v0.x.y that matches k8s.io/kubernetes v1.x.y.
-// Regenerate after a version bump with: tests/cluster/cluster.sh gomod VERSION
+// cluster (tests/cluster/build.sh). The staging modules k8s.io/* are pinned by
+// replace to the v0.x.y that matches k8s.io/kubernetes v1.x.y.
+// Regenerate after a version bump with: tests/cluster/build.sh gomod VERSION
 module agentplane.test/cluster/k8s
 
 go 1.26.0
