@@ -41,13 +41,16 @@ pub fn pod_view(resolution: &Resolution, pod: Option<&Pod>) -> (SessionPhase, Co
     let pod_ready = status
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let waiting = status
-        .and_then(|s| {
-            s.container_statuses
-                .as_ref()
-                .or(s.init_container_statuses.as_ref())
-        })
-        .and_then(|cs| cs.iter().find_map(|c| c.state.as_ref()?.waiting.clone()));
+    // The most telling wait: an init container's (image pulls fail there
+    // first), and never the main container's "PodInitializing" placeholder.
+    let waiting = status.and_then(|s| {
+        s.init_container_statuses
+            .iter()
+            .flatten()
+            .chain(s.container_statuses.iter().flatten())
+            .filter_map(|c| c.state.as_ref()?.waiting.clone())
+            .find(|w| w.reason.as_deref() != Some("PodInitializing"))
+    });
     match phase {
         "Running" if pod_ready => (
             SessionPhase::Ready,

@@ -32,7 +32,7 @@ fn cfg() -> PodConfig {
 
 fn example() -> AgentSession {
     session(json!({
-        "image": "localhost/agentplane/sandbox:dev",
+        "image": "localhost/agentplane/sandbox-base:dev",
         "workdir": "/workspace",
         "tools": [{"type": "agent_toolset_20260401",
                    "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}]}],
@@ -206,7 +206,7 @@ fn the_runner_runs_inside_the_sessions_image() {
     let sandbox = &spec.containers[0];
     assert_eq!(
         sandbox.image.as_deref(),
-        Some("localhost/agentplane/sandbox:dev")
+        Some("localhost/agentplane/sandbox-base:dev")
     );
     assert_eq!(
         sandbox.command.as_ref().expect("command")[0],

@@ -118,7 +118,9 @@ wait_for() {
 	shift 3
 	local deadline=$((SECONDS + timeout))
 	while ! "$@" >/dev/null 2>&1; do
-		pid_alive "$name" || fail_component "$name" "exited while waiting for $what"
+		# Right after start the pid may still be the forking shell or setsid
+		# (its exe is not yet the binary): look again before calling it dead.
+		pid_alive "$name" || { sleep 1; pid_alive "$name"; } || fail_component "$name" "exited while waiting for $what"
 		[[ $SECONDS -lt $deadline ]] || fail_component "$name" "timed out after ${timeout}s waiting for $what"
 		sleep 0.5
 	done

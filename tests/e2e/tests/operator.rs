@@ -22,7 +22,7 @@ fn session(name: &str, tools: &str) -> String {
 
 fn sandbox_image() -> String {
     std::env::var("AGENTPLANE_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/sandbox:dev".into())
+        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
 }
 
 fn runner_image() -> String {

@@ -1,0 +1,9 @@
+//! `kubectl agent`: a session's tools from its status, and one tool call at
+//! a time through port-forward to the runner, printed as the model sees it.
+
+pub mod cli;
+pub mod error;
+pub mod forward;
+pub mod session;
+
+pub use error::Error;
