@@ -77,14 +77,22 @@ fn call_id() -> String {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
-    let client = Client::try_default().await.map_err(|e| Error::Config(e.to_string()))?;
-    let ns = cli.namespace.clone().unwrap_or_else(|| client.default_namespace().to_owned());
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let ns = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
     let sessions: Api<AgentSession> = Api::namespaced(client.clone(), &ns);
     let get = |name: String| {
         let sessions = sessions.clone();
         let ns = ns.clone();
         async move {
-            sessions.get_opt(&name).await?.ok_or(Error::NotFound { namespace: ns, name })
+            sessions.get_opt(&name).await?.ok_or(Error::NotFound {
+                namespace: ns,
+                name,
+            })
         }
     };
     match cli.command {
@@ -93,11 +101,22 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             print!("{}", session::tools_table(&s));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Call { session: name, tool, input, confirm, id, json } => {
+        Command::Call {
+            session: name,
+            tool,
+            input,
+            confirm,
+            id,
+            json,
+        } => {
             let s = get(name).await?;
             call(&client, &ns, &s, &tool, &input, confirm, id, json).await
         }
-        Command::Bash { session: name, confirm, command } => {
+        Command::Bash {
+            session: name,
+            confirm,
+            command,
+        } => {
             let s = get(name).await?;
             let input = serde_json::json!({"command": command.join(" ")}).to_string();
             call(&client, &ns, &s, "bash", &input, confirm, None, false).await
@@ -116,7 +135,8 @@ async fn call(
     id: Option<String>,
     json: bool,
 ) -> Result<ExitCode, Error> {
-    let parsed: serde_json::Value = serde_json::from_str(input).map_err(|e| Error::Input(e.to_string()))?;
+    let parsed: serde_json::Value =
+        serde_json::from_str(input).map_err(|e| Error::Input(e.to_string()))?;
     if !parsed.is_object() {
         return Err(Error::Input(format!("got {parsed}")));
     }
@@ -125,29 +145,52 @@ async fn call(
     let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
     let mut runner = RunnerClient::new(channel);
     let resp = runner
-        .run(RunRequest { id: id.unwrap_or_else(call_id), name: tool.to_owned(), input_json: input.to_owned(), confirmed: confirm })
+        .run(RunRequest {
+            id: id.unwrap_or_else(call_id),
+            name: tool.to_owned(),
+            input_json: input.to_owned(),
+            confirmed: confirm,
+        })
         .await
         .map_err(|st| {
-            let kind = st.metadata().get("agentplane-refusal").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let kind = st
+                .metadata()
+                .get("agentplane-refusal")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             match kind.as_deref() {
-                Some("confirmation_required") => Error::ConfirmationRequired { tool: tool.to_owned() },
-                Some("not_sandbox_tool") => Error::NotSandboxTool { tool: tool.to_owned() },
+                Some("confirmation_required") => Error::ConfirmationRequired {
+                    tool: tool.to_owned(),
+                },
+                Some("not_sandbox_tool") => Error::NotSandboxTool {
+                    tool: tool.to_owned(),
+                },
                 Some("disabled_tool") => Error::Disabled {
                     session: s.metadata.name.clone().unwrap_or_default(),
                     tool: tool.to_owned(),
                     enabled: "(see kubectl agent tools)".into(),
                 },
-                _ => Error::Refused { code: format!("{:?}", st.code()), message: st.message().to_owned() },
+                _ => Error::Refused {
+                    code: format!("{:?}", st.code()),
+                    message: st.message().to_owned(),
+                },
             }
         })?
         .into_inner();
     if json {
-        println!("{}", serde_json::json!({"content": resp.content, "is_error": resp.is_error}));
+        println!(
+            "{}",
+            serde_json::json!({"content": resp.content, "is_error": resp.is_error})
+        );
     } else {
         print!("{}", resp.content);
         if !resp.content.ends_with('\n') && !resp.content.is_empty() {
             println!();
         }
     }
-    Ok(if resp.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if resp.is_error {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

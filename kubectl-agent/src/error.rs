@@ -8,12 +8,24 @@ pub enum Error {
     #[error("AgentSession {namespace}/{name} not found")]
     NotFound { namespace: String, name: String },
     #[error("AgentSession {session} is not ready (phase {phase}): {detail}")]
-    NotReady { session: String, phase: String, detail: String },
+    NotReady {
+        session: String,
+        phase: String,
+        detail: String,
+    },
     #[error("tool {tool:?} is not enabled in AgentSession {session}; enabled: {enabled}")]
-    Disabled { session: String, tool: String, enabled: String },
-    #[error("tool {tool:?} requires confirmation (policy always_ask): rerun with --confirm once a human approved this call")]
+    Disabled {
+        session: String,
+        tool: String,
+        enabled: String,
+    },
+    #[error(
+        "tool {tool:?} requires confirmation (policy always_ask): rerun with --confirm once a human approved this call"
+    )]
     ConfirmationRequired { tool: String },
-    #[error("{tool:?} is not a sandbox tool: it runs in the agent's executor, not the session's runner")]
+    #[error(
+        "{tool:?} is not a sandbox tool: it runs in the agent's executor, not the session's runner"
+    )]
     NotSandboxTool { tool: String },
     #[error("the input is not a JSON object: {0}")]
     Input(String),

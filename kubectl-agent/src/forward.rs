@@ -17,7 +17,10 @@ pub async fn channel(pods: Api<Pod>, pod: String, port: u16) -> Result<Channel, 
             let pods = pods.clone();
             let pod = target.clone();
             async move {
-                let mut pf = pods.portforward(&pod, &[port]).await.map_err(std::io::Error::other)?;
+                let mut pf = pods
+                    .portforward(&pod, &[port])
+                    .await
+                    .map_err(std::io::Error::other)?;
                 let stream = pf
                     .take_stream(port)
                     .ok_or_else(|| std::io::Error::other("the API server returned no stream"))?;
@@ -28,7 +31,10 @@ pub async fn channel(pods: Api<Pod>, pod: String, port: u16) -> Result<Channel, 
             }
         }))
         .await
-        .map_err(|e| Error::PortForward { pod, message: format!("{e}: {}", source_chain(&e)) })
+        .map_err(|e| Error::PortForward {
+            pod,
+            message: format!("{e}: {}", source_chain(&e)),
+        })
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {

@@ -11,23 +11,40 @@ pub fn preflight(session: &AgentSession, tool: &str, confirmed: bool) -> Result<
     let name = session.metadata.name.clone().unwrap_or_default();
     let status = session.status.clone().unwrap_or_default();
     if status.phase != Some(SessionPhase::Ready) {
-        let phase = status.phase.map_or_else(|| "unknown".to_owned(), |p| format!("{p:?}"));
+        let phase = status
+            .phase
+            .map_or_else(|| "unknown".to_owned(), |p| format!("{p:?}"));
         let detail = status
             .conditions
             .iter()
             .find(|c| c.type_ == "Ready")
-            .map_or_else(|| "no status yet; is the operator running?".to_owned(), |c| format!("{}: {}", c.reason, c.message));
-        return Err(Error::NotReady { session: name, phase, detail });
+            .map_or_else(
+                || "no status yet; is the operator running?".to_owned(),
+                |c| format!("{}: {}", c.reason, c.message),
+            );
+        return Err(Error::NotReady {
+            session: name,
+            phase,
+            detail,
+        });
     }
     if sidecar_is_web_tool(tool) {
-        return Err(Error::NotSandboxTool { tool: tool.to_owned() });
+        return Err(Error::NotSandboxTool {
+            tool: tool.to_owned(),
+        });
     }
     let Some(policy) = status.policies.get(tool) else {
         let enabled: Vec<&str> = status.policies.keys().map(String::as_str).collect();
-        return Err(Error::Disabled { session: name, tool: tool.to_owned(), enabled: enabled.join(", ") });
+        return Err(Error::Disabled {
+            session: name,
+            tool: tool.to_owned(),
+            enabled: enabled.join(", "),
+        });
     };
     if policy == "always_ask" && !confirmed {
-        return Err(Error::ConfirmationRequired { tool: tool.to_owned() });
+        return Err(Error::ConfirmationRequired {
+            tool: tool.to_owned(),
+        });
     }
     status.pod_name.ok_or(Error::NotReady {
         session: name,
@@ -45,7 +62,12 @@ pub fn tools_table(session: &AgentSession) -> String {
     let status = session.status.clone().unwrap_or_default();
     let mut out = format!("{:<28} {:<13} {}\n", "TOOL", "POLICY", "SOURCE");
     for t in &status.tools {
-        out.push_str(&format!("{:<28} {:<13} {}\n", t.name, t.policy.as_deref().unwrap_or("-"), t.source));
+        out.push_str(&format!(
+            "{:<28} {:<13} {}\n",
+            t.name,
+            t.policy.as_deref().unwrap_or("-"),
+            t.source
+        ));
     }
     if status.tools.is_empty() {
         out.push_str("(no tools enabled)\n");
@@ -59,12 +81,17 @@ mod tests {
     use crds::{AgentSessionSpec, AgentSessionStatus};
 
     fn session(phase: Option<SessionPhase>) -> AgentSession {
-        let spec: AgentSessionSpec = serde_json::from_value(serde_json::json!({"image": "x"})).expect("spec");
+        let spec: AgentSessionSpec =
+            serde_json::from_value(serde_json::json!({"image": "x"})).expect("spec");
         let mut s = AgentSession::new("demo", spec);
         s.status = Some(AgentSessionStatus {
             phase,
             pod_name: Some("demo-sandbox".into()),
-            policies: [("bash".to_owned(), "always_allow".to_owned()), ("write".to_owned(), "always_ask".to_owned())].into(),
+            policies: [
+                ("bash".to_owned(), "always_allow".to_owned()),
+                ("write".to_owned(), "always_ask".to_owned()),
+            ]
+            .into(),
             ..AgentSessionStatus::default()
         });
         s
@@ -73,13 +100,28 @@ mod tests {
     #[test]
     fn preflight_refuses_with_a_reason() {
         let ready = session(Some(SessionPhase::Ready));
-        assert_eq!(preflight(&ready, "bash", false).expect("ok"), "demo-sandbox");
-        assert!(matches!(preflight(&ready, "write", false), Err(Error::ConfirmationRequired { .. })));
+        assert_eq!(
+            preflight(&ready, "bash", false).expect("ok"),
+            "demo-sandbox"
+        );
+        assert!(matches!(
+            preflight(&ready, "write", false),
+            Err(Error::ConfirmationRequired { .. })
+        ));
         assert!(preflight(&ready, "write", true).is_ok());
         let err = preflight(&ready, "grep", false).expect_err("disabled");
-        assert_eq!(err.to_string(), "tool \"grep\" is not enabled in AgentSession demo; enabled: bash, write");
-        assert!(matches!(preflight(&ready, "web_fetch", true), Err(Error::NotSandboxTool { .. })));
+        assert_eq!(
+            err.to_string(),
+            "tool \"grep\" is not enabled in AgentSession demo; enabled: bash, write"
+        );
+        assert!(matches!(
+            preflight(&ready, "web_fetch", true),
+            Err(Error::NotSandboxTool { .. })
+        ));
         let pending = session(Some(SessionPhase::Pending));
-        assert!(matches!(preflight(&pending, "bash", false), Err(Error::NotReady { .. })));
+        assert!(matches!(
+            preflight(&pending, "bash", false),
+            Err(Error::NotReady { .. })
+        ));
     }
 }

@@ -22,9 +22,15 @@ fn helm(k: &Kubectl, args: &[&str]) -> Run {
 }
 
 fn plugin() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root().join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"));
     let p = target.join("debug/kubectl-agent");
-    assert!(p.exists(), "{} is missing: cargo build -p kubectl-agent", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build -p kubectl-agent",
+        p.display()
+    );
     p
 }
 
@@ -45,7 +51,8 @@ fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 fn sandbox_image() -> String {
-    std::env::var("AGENTPLANE_SANDBOX_IMAGE").unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
+    std::env::var("AGENTPLANE_SANDBOX_IMAGE")
+        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
 }
 
 #[test]
@@ -54,11 +61,39 @@ fn helm_install_session_tools_upgrade_uninstall() {
     let chart = root().join("charts/agentplane");
     let chart = chart.to_str().expect("path");
     let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    let r = helm(&k, &["install", RELEASE, chart, "-n", RELEASE_NS, "--create-namespace", "--wait", "--timeout", "5m"]);
+    let r = helm(
+        &k,
+        &[
+            "install",
+            RELEASE,
+            chart,
+            "-n",
+            RELEASE_NS,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "5m",
+        ],
+    );
     assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
     let result = std::panic::catch_unwind(|| walk(&k, chart));
     if result.is_err() {
-        eprintln!("{}", k.run(&["-n", RELEASE_NS, "logs", "-l", "app.kubernetes.io/name=agentplane-operator", "--tail=80", "--prefix"], None).stdout);
+        eprintln!(
+            "{}",
+            k.run(
+                &[
+                    "-n",
+                    RELEASE_NS,
+                    "logs",
+                    "-l",
+                    "app.kubernetes.io/name=agentplane-operator",
+                    "--tail=80",
+                    "--prefix"
+                ],
+                None
+            )
+            .stdout
+        );
     }
     let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
     if let Err(e) = result {
@@ -68,7 +103,9 @@ fn helm_install_session_tools_upgrade_uninstall() {
 
 fn walk(k: &Kubectl, chart: &str) {
     // Two replicas, one leader.
-    let deploy = k.get(&["deployment", "-n", RELEASE_NS, "agentplane"]).expect("deployment");
+    let deploy = k
+        .get(&["deployment", "-n", RELEASE_NS, "agentplane"])
+        .expect("deployment");
     assert_eq!(deploy["status"]["readyReplicas"], 2);
     let lease = wait_for("the leader lease", Duration::from_secs(60), || {
         let l = k.get(&["lease", "-n", RELEASE_NS, "agentplane"])?;
@@ -78,14 +115,24 @@ fn walk(k: &Kubectl, chart: &str) {
     let t = helm(k, &["test", RELEASE, "-n", RELEASE_NS, "--timeout", "2m"]);
     assert!(t.ok, "helm test: {}\n{}", t.stdout, t.stderr);
 
-    let ns = Namespace::create(k, "e2e-chart", &[("pod-security.kubernetes.io/enforce", "restricted")]);
+    let ns = Namespace::create(
+        k,
+        "e2e-chart",
+        &[("pod-security.kubernetes.io/enforce", "restricted")],
+    );
     let session = format!(
         "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: walk\nspec:\n  image: {}\n  workdir: /workspace\n  tools:\n    - type: agent_toolset_20260401\n      configs:\n        - {{name: write, permission_policy: {{type: always_ask}}}}\n        - {{name: grep, enabled: false}}\n",
         sandbox_image()
     );
-    wait_for("the webhook to admit the session", Duration::from_secs(60), || {
-        k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&session)).ok.then_some(())
-    });
+    wait_for(
+        "the webhook to admit the session",
+        Duration::from_secs(60),
+        || {
+            k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&session))
+                .ok
+                .then_some(())
+        },
+    );
     wait_for("the session to be Ready", Duration::from_secs(180), || {
         let o = k.get(&["agentsession", "walk", "-n", &ns.name])?;
         (o["status"]["phase"] == "Ready").then_some(())
@@ -94,25 +141,89 @@ fn walk(k: &Kubectl, chart: &str) {
     // tools: from status.
     let (code, out, err) = agent(k, &ns.name, &["tools", "walk"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("bash") && out.contains("always_ask") && !out.contains("grep "), "{out}");
+    assert!(
+        out.contains("bash") && out.contains("always_ask") && !out.contains("grep "),
+        "{out}"
+    );
 
     // Every enabled tool works through the plugin; bash state persists.
-    let (code, out, err) = agent(k, &ns.name, &["bash", "walk", "--", "cd /workspace && mkdir -p src && export GREETING=hello"]);
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &[
+            "bash",
+            "walk",
+            "--",
+            "cd /workspace && mkdir -p src && export GREETING=hello",
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, _) = agent(k, &ns.name, &["bash", "walk", "--", "cd src; echo $GREETING from $(pwd)"]);
+    let (code, out, _) = agent(
+        k,
+        &ns.name,
+        &["bash", "walk", "--", "cd src; echo $GREETING from $(pwd)"],
+    );
     assert_eq!((code, out.trim()), (0, "hello from /workspace/src"));
-    let (code, out, err) = agent(k, &ns.name, &["call", "walk", "write", r#"{"file_path":"src/a.txt","content":"one\ntwo\n"}"#]);
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &[
+            "call",
+            "walk",
+            "write",
+            r#"{"file_path":"src/a.txt","content":"one\ntwo\n"}"#,
+        ],
+    );
     assert_eq!(code, 2, "write is always_ask: {out}{err}");
-    assert!(err.contains("requires confirmation") && err.contains("--confirm"), "{err}");
-    let (code, out, err) = agent(k, &ns.name, &["call", "walk", "write", r#"{"file_path":"src/a.txt","content":"one\ntwo\n"}"#, "--confirm"]);
+    assert!(
+        err.contains("requires confirmation") && err.contains("--confirm"),
+        "{err}"
+    );
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &[
+            "call",
+            "walk",
+            "write",
+            r#"{"file_path":"src/a.txt","content":"one\ntwo\n"}"#,
+            "--confirm",
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
-    let (code, out, _) = agent(k, &ns.name, &["call", "walk", "edit", r#"{"file_path":"src/a.txt","old_string":"two","new_string":"deux"}"#]);
+    let (code, out, _) = agent(
+        k,
+        &ns.name,
+        &[
+            "call",
+            "walk",
+            "edit",
+            r#"{"file_path":"src/a.txt","old_string":"two","new_string":"deux"}"#,
+        ],
+    );
     assert_eq!(code, 0, "{out}");
-    let (code, out, _) = agent(k, &ns.name, &["call", "walk", "read", r#"{"file_path":"/workspace/src/a.txt"}"#]);
+    let (code, out, _) = agent(
+        k,
+        &ns.name,
+        &[
+            "call",
+            "walk",
+            "read",
+            r#"{"file_path":"/workspace/src/a.txt"}"#,
+        ],
+    );
     assert_eq!((code, out.as_str()), (0, "one\ndeux\n"));
-    let (code, out, _) = agent(k, &ns.name, &["call", "walk", "glob", r#"{"pattern":"**/*.txt"}"#]);
+    let (code, out, _) = agent(
+        k,
+        &ns.name,
+        &["call", "walk", "glob", r#"{"pattern":"**/*.txt"}"#],
+    );
     assert!(code == 0 && out.contains("/workspace/src/a.txt"), "{out}");
-    let (code, out, err) = agent(k, &ns.name, &["call", "walk", "grep", r#"{"pattern":"deux"}"#]);
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &["call", "walk", "grep", r#"{"pattern":"deux"}"#],
+    );
     assert_eq!(code, 2, "grep is disabled: {out}{err}");
     assert!(err.contains("not enabled"), "{err}");
     let (code, out, _) = agent(k, &ns.name, &["bash", "walk", "--", "exit 3"]);
@@ -120,23 +231,56 @@ fn walk(k: &Kubectl, chart: &str) {
     assert!(out.contains('3'), "{out}");
 
     // helm upgrade keeps sessions.
-    let r = helm(k, &["upgrade", RELEASE, chart, "-n", RELEASE_NS, "--wait", "--set", "replicaCount=1"]);
+    let r = helm(
+        k,
+        &[
+            "upgrade",
+            RELEASE,
+            chart,
+            "-n",
+            RELEASE_NS,
+            "--wait",
+            "--set",
+            "replicaCount=1",
+        ],
+    );
     assert!(r.ok, "helm upgrade: {}", r.stderr);
-    let (code, out, err) = agent(k, &ns.name, &["bash", "walk", "--", "cat /workspace/src/a.txt"]);
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &["bash", "walk", "--", "cat /workspace/src/a.txt"],
+    );
     assert_eq!((code, out.as_str()), (0, "one\ndeux\n"), "{err}");
 
     // Deleting the session removes its pod.
     k.must(&["delete", "agentsession", "walk", "-n", &ns.name]);
     wait_for("the sandbox pod to go", Duration::from_secs(120), || {
-        k.get(&["pod", "walk-sandbox", "-n", &ns.name]).is_none().then_some(())
+        k.get(&["pod", "walk-sandbox", "-n", &ns.name])
+            .is_none()
+            .then_some(())
     });
 
     // helm uninstall leaves only what the chart documents: the CRD.
     let r = helm(k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
     assert!(r.ok, "helm uninstall: {}", r.stderr);
-    assert!(k.get(&["validatingwebhookconfiguration", RELEASE]).is_none());
+    assert!(
+        k.get(&["validatingwebhookconfiguration", RELEASE])
+            .is_none()
+    );
     assert!(k.get(&["clusterrole", RELEASE]).is_none());
-    let left = k.must(&["get", "all,secret,configmap,role,rolebinding,serviceaccount,pdb", "-n", RELEASE_NS, "-l", "app.kubernetes.io/instance=agentplane", "-o", "name"]);
+    let left = k.must(&[
+        "get",
+        "all,secret,configmap,role,rolebinding,serviceaccount,pdb",
+        "-n",
+        RELEASE_NS,
+        "-l",
+        "app.kubernetes.io/instance=agentplane",
+        "-o",
+        "name",
+    ]);
     assert!(left.trim().is_empty(), "left behind: {left}");
-    assert!(k.get(&["crd", "agentsessions.agentplane.dev"]).is_some(), "the CRD stays, as NOTES.txt says");
+    assert!(
+        k.get(&["crd", "agentsessions.agentplane.dev"]).is_some(),
+        "the CRD stays, as NOTES.txt says"
+    );
 }

@@ -1,0 +1,161 @@
+//! The `agent-sidecar` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::Error;
+use crate::client::Target;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent-sidecar",
+    version,
+    about = "The sandbox runner: serves the built-in tools (bash, read, write, edit, glob, grep) over gRPC"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the tools until SIGTERM (which drains in-flight calls).
+    Serve(ServeArgs),
+    /// Make one tool call and print {"content": ..., "is_error": ...} as one JSON line.
+    Call(CallArgs),
+    /// Check the runner's health; exits 0 when it is serving.
+    Health(TargetArgs),
+    /// Print the tool definitions the session enables, as JSON.
+    Tools(TargetArgs),
+    /// Copy this binary to DEST (mode 0755): how the sandbox pod's init
+    /// container, whose image holds nothing else, installs the runner into
+    /// the session's image.
+    Install {
+        /// Destination path, e.g. /opt/agentplane/bin/agent-sidecar.
+        dest: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Unix socket to serve on (created 0600, removed on shutdown).
+    #[arg(long, env = "AGENT_SIDECAR_SOCKET")]
+    pub socket: PathBuf,
+    /// Also listen on this loopback address (IP:PORT), for port-forwarding.
+    #[arg(long, value_parser = parse_loopback)]
+    pub listen: Option<SocketAddr>,
+    /// Where relative tool paths resolve and bash starts.
+    #[arg(long, env = "AGENT_SIDECAR_WORKDIR")]
+    pub workdir: PathBuf,
+    /// The session's resolved toolset (JSON: {"tools": [...], "policies": {...}}).
+    /// Without it every built-in tool is enabled as always_allow.
+    #[arg(long)]
+    pub toolset: Option<PathBuf>,
+    /// The session id; scopes the default state directory.
+    #[arg(long, default_value = "default", value_parser = parse_session)]
+    pub session: String,
+    /// bash's snapshot and per-call files [default: /tmp/agent-sidecar/<session>].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Where oversized outputs are spilled, one <call id>.txt each.
+    #[arg(long, default_value = "/tmp/agent-output")]
+    pub spill_dir: PathBuf,
+    /// Exit (status 0) after this many seconds without a tool call; the
+    /// session then ends. Off when absent.
+    #[arg(long)]
+    pub idle_timeout_seconds: Option<u64>,
+    /// How often the --toolset file is checked for changes (a mounted
+    /// ConfigMap is updated in place by the kubelet).
+    #[arg(long, default_value_t = 5)]
+    pub toolset_poll_seconds: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// The runner's Unix socket.
+    #[arg(long, conflicts_with = "addr", required_unless_present = "addr")]
+    pub socket: Option<PathBuf>,
+    /// The runner's TCP address (IP:PORT, numeric), e.g. a port-forward.
+    #[arg(long, value_parser = parse_addr)]
+    pub addr: Option<SocketAddr>,
+}
+
+impl TargetArgs {
+    pub fn target(&self) -> Target {
+        match (&self.socket, self.addr) {
+            (Some(p), _) => Target::Unix(p.clone()),
+            (None, Some(a)) => Target::Tcp(a),
+            // clap's required_unless_present makes this unreachable; a
+            // default keeps it from being a panic anyway.
+            (None, None) => Target::Unix(PathBuf::from("/run/agent/runner.sock")),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The call id (tool-use id); names the call's files. Generated when absent.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Say a human confirmed the call (required for always_ask tools).
+    #[arg(long)]
+    pub confirmed: bool,
+    /// The tool: bash, read, write, edit, glob or grep.
+    pub tool: String,
+    /// The tool input as a JSON object.
+    pub input: String,
+}
+
+/// Numeric IP:PORT, never a host name (see the client module).
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("{s:?} is not a numeric IP:PORT address (e.g. 127.0.0.1:7070); host names are not resolved"))
+}
+
+/// The TCP listener must be loopback: the runner authenticates nobody, and
+/// the pod design reaches it through the API server's port-forward.
+pub fn parse_loopback(s: &str) -> Result<SocketAddr, String> {
+    let addr = parse_addr(s)?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{addr} is not a loopback address; the runner has no authentication, so it only listens on 127.0.0.1 or [::1] (reach it through a port-forward)"
+        ));
+    }
+    Ok(addr)
+}
+
+fn parse_session(s: &str) -> Result<String, String> {
+    toolset::spill_file_name(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("session id {s:?} cannot name a directory: {e}"))
+}
+
+/// A call id for a call the user did not name: unique per process and time.
+pub fn generate_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("call-{nanos}-{}", std::process::id())
+}
+
+/// Loads the `--toolset` file, or the default toolset when there is none.
+pub fn load_toolset(path: Option<&PathBuf>) -> Result<toolset::ResolvedToolset, Error> {
+    let Some(path) = path else {
+        return Ok(toolset::ResolvedToolset::default_enabled());
+    };
+    let bytes = std::fs::read(path).map_err(|e| Error::ToolsetFile {
+        path: path.clone(),
+        message: crate::fsutil::describe(&e),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::ToolsetFile {
+        path: path.clone(),
+        message: format!(
+            "not a resolved toolset ({{\"tools\": [...], \"policies\": {{...}}}}): {e}"
+        ),
+    })
+}

@@ -1,0 +1,26 @@
+//! The in-pod runner: executes the six built-in tools of
+//! `agent_toolset_20260401` (bash, read, write, edit, glob, grep) against the
+//! filesystem of the sandbox container it runs in, and serves them over gRPC.
+//!
+//! The container is the confinement (see the `toolset` crate and the seed):
+//! the file tools resolve relative paths against the workdir and otherwise let
+//! a path be a path, because bash, running next to them, could reach it anyway.
+//!
+//! Layout: [`runner`] is the one entry point for a call (policy gate, dispatch,
+//! output budget, metric); [`tools`] holds one module per tool; [`service`],
+//! [`client`] and [`cli`] are the gRPC surface and the binary around it.
+
+pub mod cli;
+pub mod client;
+pub mod error;
+pub mod fsutil;
+pub mod output;
+pub mod proto;
+pub mod reaper;
+pub mod runner;
+pub mod service;
+pub mod telemetry;
+pub mod tools;
+
+pub use error::Error;
+pub use runner::{Runner, RunnerConfig, ToolResult};

@@ -1,0 +1,279 @@
+//! The output budget every result passes through: NUL bytes stripped, then
+//! capped at [`toolset::MAX_OUTPUT_BYTES`] on a char boundary, the full output
+//! spilled to a file named by the call id and the notice saying where.
+//!
+//! A command's output is never a pipe the runner drains into memory: it is a
+//! file on disk ([`Body::File`]), of which only the head the model can see is
+//! ever read. A gigabyte of output costs the runner ~100 KiB of memory and its
+//! spill is a rename, not a copy through RAM.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use toolset::MAX_OUTPUT_BYTES;
+
+/// What a tool produced, before the budget is applied.
+#[derive(Debug)]
+pub enum Body {
+    Text(String),
+    /// Output already on disk (bash, grep). The file is consumed: removed when
+    /// it fits the budget, moved to the spill location when it does not.
+    File(PathBuf),
+}
+
+/// One tool outcome on its way to becoming a [`crate::ToolResult`].
+#[derive(Debug)]
+pub struct Output {
+    pub body: Body,
+    /// Appended after the (possibly cut) body and always kept, so the model
+    /// sees `exit code: 2` even under a megabyte of output.
+    pub trailer: String,
+    pub is_error: bool,
+}
+
+impl Output {
+    pub fn ok(text: impl Into<String>) -> Self {
+        Output {
+            body: Body::Text(text.into()),
+            trailer: String::new(),
+            is_error: false,
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Output {
+            body: Body::Text(text.into()),
+            trailer: String::new(),
+            is_error: true,
+        }
+    }
+}
+
+/// Where a call's oversized output goes.
+#[derive(Debug, Clone)]
+pub struct Spill {
+    pub dir: PathBuf,
+}
+
+impl Spill {
+    fn path_for(&self, id: &str) -> Result<PathBuf, String> {
+        toolset::spill_file_name(id)
+            .map(|name| self.dir.join(name))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Applies the budget. Never fails: a spill that cannot be written degrades
+/// to a notice saying the full output was lost and why.
+pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
+    let Output {
+        body,
+        trailer,
+        is_error,
+    } = out;
+    let trailer = toolset::sanitize_text(&trailer).into_owned();
+    let budget = MAX_OUTPUT_BYTES.saturating_sub(trailer.len());
+    let content = match body {
+        Body::Text(text) => {
+            let clean = toolset::sanitize_text(&text);
+            if clean.len() <= budget {
+                let mut s = clean.into_owned();
+                s.push_str(&trailer);
+                s
+            } else {
+                let notice = spill_text(&clean, id, spill);
+                compose(&clean, &notice, &trailer)
+            }
+        }
+        Body::File(path) => match read_head(&path, MAX_OUTPUT_BYTES) {
+            Ok((head, more)) => {
+                if !more && head.len() <= budget {
+                    let _ = fs::remove_file(&path);
+                    let mut s = head;
+                    s.push_str(&trailer);
+                    s
+                } else {
+                    let notice = spill_file(&path, id, spill);
+                    compose(&head, &notice, &trailer)
+                }
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                format!(
+                    "[the output could not be read back: {}]{trailer}",
+                    crate::fsutil::describe(&e)
+                )
+            }
+        },
+    };
+    (content, is_error)
+}
+
+/// head, cut so that head + "\n" + notice + trailer fits the budget.
+fn compose(head: &str, notice: &str, trailer: &str) -> String {
+    let tail_len = 1 + notice.len() + trailer.len();
+    let keep = MAX_OUTPUT_BYTES.saturating_sub(tail_len);
+    let mut s = String::with_capacity(MAX_OUTPUT_BYTES);
+    s.push_str(toolset::truncate_runes(head, keep));
+    s.push('\n');
+    s.push_str(notice);
+    s.push_str(trailer);
+    if s.len() > MAX_OUTPUT_BYTES {
+        // Only reachable with an absurd trailer; the budget still holds.
+        let cut = toolset::truncate_runes(&s, MAX_OUTPUT_BYTES).len();
+        s.truncate(cut);
+    }
+    s
+}
+
+fn notice_for(path: &Path, size: u64) -> String {
+    toolset::spill_notice(&path.display().to_string(), size)
+}
+
+fn lost_notice(why: &str) -> String {
+    format!(
+        "[output truncated to {} KiB; the full output could not be saved: {why}]",
+        MAX_OUTPUT_BYTES >> 10
+    )
+}
+
+fn spill_text(full: &str, id: &str, spill: &Spill) -> String {
+    let path = match spill.path_for(id) {
+        Ok(p) => p,
+        Err(e) => return lost_notice(&e),
+    };
+    let res = fs::create_dir_all(&spill.dir)
+        .and_then(|()| crate::fsutil::atomic_write(&path, full.as_bytes()));
+    match res {
+        Ok(()) => notice_for(&path, full.len() as u64),
+        Err(e) => lost_notice(&format!(
+            "{}: {}",
+            path.display(),
+            crate::fsutil::describe(&e)
+        )),
+    }
+}
+
+/// Moves the output file to the spill location: a rename on the same
+/// filesystem, a streamed copy otherwise — never a read into memory.
+fn spill_file(src: &Path, id: &str, spill: &Spill) -> String {
+    let path = match spill.path_for(id) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = fs::remove_file(src);
+            return lost_notice(&e);
+        }
+    };
+    let res = fs::create_dir_all(&spill.dir).and_then(|()| match fs::rename(src, &path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+            let copied = fs::copy(src, &path).map(drop);
+            let _ = fs::remove_file(src);
+            copied
+        }
+        Err(e) => Err(e),
+    });
+    match res {
+        Ok(()) => {
+            let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            notice_for(&path, size)
+        }
+        Err(e) => {
+            let _ = fs::remove_file(src);
+            lost_notice(&format!(
+                "{}: {}",
+                path.display(),
+                crate::fsutil::describe(&e)
+            ))
+        }
+    }
+}
+
+/// Reads at most `limit` bytes that survive NUL stripping from the head of a
+/// file, returning them as text and whether more follows. Memory stays at
+/// `limit` plus one buffer however large the file is.
+///
+/// It stops at the length the file had when it was opened, so a background
+/// job still appending to it cannot keep the call reading forever.
+pub fn read_head(path: &Path, limit: usize) -> io::Result<(String, bool)> {
+    let f = File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut reader = f.take(len);
+    let mut kept: Vec<u8> =
+        Vec::with_capacity(limit.min(usize::try_from(len).unwrap_or(limit)) + 1);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut more = false;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        for &b in &buf[..n] {
+            if b == 0 {
+                continue;
+            }
+            if kept.len() == limit {
+                more = true;
+                break;
+            }
+            kept.push(b);
+        }
+        if more {
+            break;
+        }
+    }
+    Ok((bytes_to_text(kept, more), more))
+}
+
+/// Lossy UTF-8, except that a multi-byte character cut by the read limit is
+/// dropped rather than turned into U+FFFD.
+fn bytes_to_text(mut bytes: Vec<u8>, cut: bool) -> String {
+    if cut
+        && let Err(e) = std::str::from_utf8(&bytes)
+        && e.error_len().is_none()
+    {
+        bytes.truncate(e.valid_up_to());
+    }
+    match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compose_respects_budget_and_keeps_trailer() {
+        let head = "é".repeat(MAX_OUTPUT_BYTES);
+        let s = compose(&head, "[notice]", "\nexit code: 3");
+        assert!(s.len() <= MAX_OUTPUT_BYTES);
+        assert!(s.ends_with("[notice]\nexit code: 3"));
+    }
+
+    #[test]
+    fn cut_multibyte_is_dropped_not_replaced() {
+        let mut b = "ab".as_bytes().to_vec();
+        b.extend_from_slice(&"é".as_bytes()[..1]);
+        assert_eq!(bytes_to_text(b, true), "ab");
+    }
+
+    #[test]
+    fn read_head_strips_nul_and_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let mut data = vec![0u8; 1000];
+        data.extend(std::iter::repeat_n(b'a', 50));
+        fs::write(&p, &data).unwrap();
+        let (s, more) = read_head(&p, 10).unwrap();
+        assert_eq!(s, "a".repeat(10));
+        assert!(more);
+        let (s, more) = read_head(&p, 50).unwrap();
+        assert_eq!(s.len(), 50);
+        assert!(!more);
+    }
+}

@@ -1,0 +1,271 @@
+//! The one entry point for a tool call: policy gate, dispatch, the output
+//! budget and the duration metric, in that order, for every call.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use toolset::{PermissionPolicy, ResolvedToolset};
+
+use crate::Error;
+use crate::output::{Output, Spill, finish};
+use crate::reaper::Supervisor;
+use crate::tools::{self, Ctx};
+
+/// One tool call as the model sees it. `is_error` marks a tool-level failure
+/// the model can read and recover from; a call that was refused or hit a
+/// runner fault is an [`Error`] instead, never a `ToolResult`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ToolResult {
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// Where a runner keeps its files and what it may run.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Where relative tool paths resolve and where bash starts.
+    pub workdir: PathBuf,
+    /// The session's shell snapshot and per-call working files.
+    pub state_dir: PathBuf,
+    /// Where oversized outputs go, one `<call id>.txt` each.
+    pub spill_dir: PathBuf,
+    /// The session's resolved built-in toolset.
+    pub toolset: ResolvedToolset,
+}
+
+impl RunnerConfig {
+    /// The default state directory for a session: per session, so two
+    /// sessions sharing a filesystem never share a shell.
+    pub fn default_state_dir(session: &str) -> PathBuf {
+        PathBuf::from("/tmp/agent-sidecar").join(session)
+    }
+
+    /// The default spill directory.
+    pub fn default_spill_dir() -> PathBuf {
+        PathBuf::from("/tmp/agent-output")
+    }
+}
+
+/// Executes built-in tool calls inside the sandbox container it runs in.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ctx: Ctx,
+    spill: Spill,
+    /// Swapped whole when the mounted toolset file changes, so a policy
+    /// change reaches a running sandbox without replacing its pod.
+    toolset: std::sync::RwLock<Arc<ResolvedToolset>>,
+    /// When the last call started or ended, for the idle timeout.
+    last_activity: std::sync::Mutex<Instant>,
+}
+
+impl Runner {
+    /// Prepares the state directories and starts the process supervisor.
+    /// Must be called inside a tokio runtime.
+    pub fn new(config: RunnerConfig) -> Result<Runner, Error> {
+        let workdir = std::path::absolute(&config.workdir)
+            .map_err(|e| Error::io(format!("workdir {}", config.workdir.display()), e))?;
+        match std::fs::metadata(&workdir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::Usage(format!(
+                    "workdir {} is not a directory",
+                    workdir.display()
+                )));
+            }
+            Err(e) => return Err(Error::io(format!("workdir {}", workdir.display()), e)),
+        }
+        let state_dir = std::path::absolute(&config.state_dir)
+            .map_err(|e| Error::io(format!("state dir {}", config.state_dir.display()), e))?;
+        let spill_dir = std::path::absolute(&config.spill_dir)
+            .map_err(|e| Error::io(format!("spill dir {}", config.spill_dir.display()), e))?;
+        let calls_dir = state_dir.join("calls");
+        std::fs::create_dir_all(&calls_dir)
+            .map_err(|e| Error::io(format!("cannot create {}", calls_dir.display()), e))?;
+        // Working files of calls a previous runner did not finish.
+        if let Ok(entries) = std::fs::read_dir(&calls_dir) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let supervisor = Supervisor::start()
+            .map_err(|e| Error::io("cannot watch for child processes (SIGCHLD)", e))?;
+        Ok(Runner {
+            inner: Arc::new(Inner {
+                ctx: Ctx::new(
+                    workdir,
+                    state_dir.join("shell.snapshot"),
+                    calls_dir,
+                    supervisor,
+                ),
+                spill: Spill { dir: spill_dir },
+                toolset: std::sync::RwLock::new(Arc::new(config.toolset)),
+                last_activity: std::sync::Mutex::new(Instant::now()),
+            }),
+        })
+    }
+
+    /// The session's resolved toolset, as of now.
+    pub fn toolset(&self) -> Arc<ResolvedToolset> {
+        match self.inner.toolset.read() {
+            Ok(t) => Arc::clone(&t),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Replaces the resolved toolset; calls that start afterwards see the
+    /// new one.
+    pub fn set_toolset(&self, toolset: ResolvedToolset) {
+        let mut slot = match self.inner.toolset.write() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = Arc::new(toolset);
+    }
+
+    /// How long since a call last started or ended.
+    pub fn idle_for(&self) -> std::time::Duration {
+        match self.inner.last_activity.lock() {
+            Ok(t) => t.elapsed(),
+            Err(poisoned) => poisoned.into_inner().elapsed(),
+        }
+    }
+
+    fn touch(&self) {
+        let mut t = match self.inner.last_activity.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *t = Instant::now();
+    }
+
+    /// The absolute workdir.
+    pub fn workdir(&self) -> &std::path::Path {
+        &self.inner.ctx.workdir
+    }
+
+    /// Runs one call of a built-in tool. `id` names the call (the tool-use
+    /// id) and its files; `confirmed` says a human approved it, which an
+    /// `always_ask` tool requires.
+    pub async fn run(
+        &self,
+        id: &str,
+        name: &str,
+        input: &[u8],
+        confirmed: bool,
+    ) -> Result<ToolResult, Error> {
+        let started = Instant::now();
+        self.touch();
+        let res = self.run_inner(id, name, input, confirmed).await;
+        self.touch();
+        crate::telemetry::record_run(name, started.elapsed(), &res);
+        res
+    }
+
+    async fn run_inner(
+        &self,
+        id: &str,
+        name: &str,
+        input: &[u8],
+        confirmed: bool,
+    ) -> Result<ToolResult, Error> {
+        toolset::spill_file_name(id).map_err(|e| Error::InvalidCallId {
+            id: id.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if let Some(refusal) = gate(&self.toolset(), name, confirmed)? {
+            return Ok(refusal);
+        }
+        let spill = self.inner.spill.clone();
+        let ctx_id = id.to_owned();
+        let (content, is_error) = match name {
+            "bash" | "grep" => {
+                let out = if name == "bash" {
+                    tools::bash::run(&self.inner.ctx, id, input).await?
+                } else {
+                    tools::grep::run(&self.inner.ctx, id, input).await?
+                };
+                // Reading the head of a large output and renaming it is file I/O.
+                blocking(move || finish(out, &ctx_id, &spill)).await?
+            }
+            _ => {
+                // The file tools and their budget in one hop off the async
+                // workers: each hop costs a thread wake-up, which is most of
+                // a small call's latency.
+                let this = self.clone();
+                let name = name.to_owned();
+                let input = input.to_vec();
+                blocking(move || {
+                    let ctx = &this.inner.ctx;
+                    let out = match name.as_str() {
+                        "read" => tools::read::run(ctx, &input),
+                        "write" => tools::write::run(ctx, &input),
+                        "edit" => tools::edit::run(ctx, &input),
+                        "glob" => tools::glob::run(ctx, &input),
+                        // gate() let through only the six.
+                        other => Output::error(unknown_tool(other)),
+                    };
+                    finish(out, &ctx_id, &spill)
+                })
+                .await?
+            }
+        };
+        Ok(ToolResult { content, is_error })
+    }
+}
+
+async fn blocking<T, F>(f: F) -> Result<T, Error>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::io("a tool task failed", std::io::Error::other(e)))
+}
+
+fn unknown_tool(name: &str) -> String {
+    format!(
+        "unknown tool {:?}: this runner executes {}",
+        toolset::truncate_runes(name, 128),
+        toolset::BUILTIN_TOOLS.join(", ")
+    )
+}
+
+/// The policy gate, in order: a name that is no tool at all is a tool error
+/// the model can read (it made the name up); a web tool, a tool the session
+/// disables, and an unconfirmed `always_ask` tool are refusals ([`Error`]),
+/// because they say something about the executor's routing or the human's
+/// consent, not about the tool.
+pub fn gate(
+    toolset: &ResolvedToolset,
+    name: &str,
+    confirmed: bool,
+) -> Result<Option<ToolResult>, Error> {
+    if toolset::is_web_tool(name) {
+        return Err(Error::NotSandboxTool {
+            tool: name.to_owned(),
+        });
+    }
+    if !toolset::BUILTIN_TOOLS.contains(&name) {
+        return Ok(Some(ToolResult {
+            content: unknown_tool(name),
+            is_error: true,
+        }));
+    }
+    match toolset.policy(name) {
+        None => Err(Error::DisabledTool {
+            tool: name.to_owned(),
+        }),
+        Some(PermissionPolicy::AlwaysAsk) if !confirmed => Err(Error::ConfirmationRequired {
+            tool: name.to_owned(),
+        }),
+        Some(_) => Ok(None),
+    }
+}

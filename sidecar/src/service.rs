@@ -1,0 +1,245 @@
+//! The gRPC surface: the Runner service, the standard health service, and
+//! serving them on a Unix socket (and optionally loopback TCP) until SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{Notify, watch};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::{Request, Response, Status};
+
+use crate::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
+use crate::proto::{ListToolsRequest, ListToolsResponse, RunRequest, RunResponse, ToolDefinition};
+use crate::{Error, Runner};
+
+/// The tonic service over a [`Runner`].
+#[derive(Debug, Clone)]
+pub struct Service {
+    runner: Runner,
+    in_flight: Arc<InFlight>,
+}
+
+impl Service {
+    pub fn new(runner: Runner) -> Self {
+        Service {
+            runner,
+            in_flight: Arc::new(InFlight::default()),
+        }
+    }
+}
+
+/// Calls being run, so shutdown can wait for exactly those. Waiting for the
+/// connections to close instead would let one idle client that never
+/// answers the HTTP/2 GOAWAY hold the runner up forever.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    async fn drained(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// How long finished calls get to write their responses once every call has
+/// drained, before remaining (idle) connections are dropped.
+const FLUSH_GRACE: Duration = Duration::from_secs(1);
+
+#[tonic::async_trait]
+impl RunnerRpc for Service {
+    async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunResponse>, Status> {
+        let _guard = self.in_flight.enter();
+        let req = request.into_inner();
+        let res = self
+            .runner
+            .run(&req.id, &req.name, req.input_json.as_bytes(), req.confirmed)
+            .await;
+        match res {
+            Ok(r) => Ok(Response::new(RunResponse {
+                content: r.content,
+                is_error: r.is_error,
+            })),
+            Err(e) => {
+                tracing::warn!(id = %req.id, tool = %req.name, error = %e, "call not run");
+                Err(e.to_status())
+            }
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Request<ListToolsRequest>,
+    ) -> Result<Response<ListToolsResponse>, Status> {
+        let ts = self.runner.toolset();
+        let tools = ts
+            .tools
+            .iter()
+            .map(|t| ToolDefinition {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema_json: t.input_schema.to_string(),
+                permission_policy: ts
+                    .policy(&t.name)
+                    .map(|p| p.as_str().to_owned())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(ListToolsResponse { tools }))
+    }
+}
+
+/// Where `serve` listens.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub socket: PathBuf,
+    /// Loopback only: the runner has no authentication of its own, so it is
+    /// reached from outside the pod through the API server's port-forward.
+    pub tcp: Option<SocketAddr>,
+}
+
+/// Binds the socket with mode 0600 and replaces a stale one left by a runner
+/// that died; refuses to steal a socket a live runner still answers on.
+async fn bind_socket(path: &Path) -> Result<UnixListener, Error> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(Error::Usage(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            )));
+        }
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return Err(Error::Usage(format!(
+                "another runner is already serving on {}",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| Error::io(format!("cannot remove stale socket {}", path.display()), e))?;
+    }
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    // The umask makes the socket 0600 from its first instant; chmod after
+    // bind would leave a window where anyone could connect. No tool runs yet,
+    // so the process-wide umask cannot leak into a tool's files.
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    umask(old);
+    bound.map_err(|e| Error::io(format!("cannot bind {}", path.display()), e))
+}
+
+/// Serves until `shutdown` resolves, then drains in-flight calls and removes
+/// the socket file.
+pub async fn serve(
+    runner: Runner,
+    listen: Listen,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), Error> {
+    let unix = bind_socket(&listen.socket).await?;
+    let tcp = match listen.tcp {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::io(format!("cannot listen on {addr}"), e))?,
+        ),
+        None => None,
+    };
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<RunnerServer<Service>>().await;
+    let svc = Service::new(runner);
+    let in_flight = svc.in_flight.clone();
+    let service = RunnerServer::new(svc);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    tracing::info!(socket = %listen.socket.display(), tcp = ?listen.tcp, "serving");
+    let unix_server = tonic::transport::Server::builder()
+        .add_service(health_service.clone())
+        .add_service(service.clone())
+        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), stopped(stop_rx.clone()));
+    let tcp_server = async {
+        match tcp {
+            Some(l) => {
+                let incoming = TcpListenerStream::new(l);
+                tonic::transport::Server::builder()
+                    .tcp_nodelay(true)
+                    .add_service(health_service)
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()))
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let servers = async {
+        let (u, t) = tokio::join!(unix_server, tcp_server);
+        u.map_err(|e| Error::Transport {
+            context: format!("serving on {}", listen.socket.display()),
+            source: e,
+        })?;
+        t.map_err(|e| Error::Transport {
+            context: "serving on TCP".into(),
+            source: e,
+        })
+    };
+    tokio::pin!(servers);
+    let res = tokio::select! {
+        res = &mut servers => res,
+        () = shutdown => {
+            tracing::info!("shutting down: draining in-flight calls");
+            health_reporter
+                .set_not_serving::<RunnerServer<Service>>()
+                .await;
+            health_reporter
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            let _ = stop_tx.send(true);
+            tokio::select! {
+                res = &mut servers => res,
+                () = async {
+                    in_flight.drained().await;
+                    tokio::time::sleep(FLUSH_GRACE).await;
+                } => Ok(()),
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&listen.socket);
+    res?;
+    Ok(())
+}

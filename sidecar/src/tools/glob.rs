@@ -1,0 +1,194 @@
+//! glob: paths matching a pattern (`**` spans directories), newest first.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::SystemTime;
+
+use globset::GlobBuilder;
+use serde::Deserialize;
+use walkdir::WalkDir;
+
+use super::{Ctx, parse, required};
+use crate::fsutil::describe;
+use crate::output::Output;
+
+/// Most paths returned (the reference's limit).
+pub use toolset::GLOB_RESULT_LIMIT as RESULT_LIMIT;
+/// Most entries visited, so a pattern over a huge tree cannot stall the call.
+pub const WALK_LIMIT: usize = 50_000;
+
+#[derive(Deserialize)]
+struct Input {
+    pattern: Option<String>,
+    path: Option<String>,
+}
+
+pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
+    let input: Input = match parse("glob", input) {
+        Ok(i) => i,
+        Err(out) => return out,
+    };
+    let pattern = match required("glob", "pattern", &input.pattern) {
+        Ok(p) => p,
+        Err(out) => return out,
+    };
+    let (base, rel_pattern) = if let Some(rest) = pattern.strip_prefix('/') {
+        (PathBuf::from("/"), rest.trim_start_matches('/'))
+    } else {
+        let base = match input.path.as_deref().filter(|p| !p.is_empty()) {
+            Some(p) => {
+                let base = ctx.resolve(p);
+                match std::fs::metadata(&base) {
+                    Ok(m) if m.is_dir() => base,
+                    Ok(_) => return Output::error(format!("glob: {p} is not a directory")),
+                    Err(e) => return Output::error(format!("glob {p}: {}", describe(&e))),
+                }
+            }
+            None => ctx.workdir.clone(),
+        };
+        (base, pattern)
+    };
+    let plan = match Plan::new(&base, rel_pattern) {
+        Ok(p) => p,
+        Err(e) => return Output::error(format!("glob: invalid pattern {pattern:?}: {e}")),
+    };
+    let mut hits = plan.walk();
+    if hits.is_empty() {
+        return Output::ok("no matches");
+    }
+    // Newest first; equal times by path so the answer is deterministic.
+    hits.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    hits.truncate(RESULT_LIMIT);
+    let lines: Vec<String> = hits.iter().map(|(p, _)| p.display().to_string()).collect();
+    Output::ok(lines.join("\n"))
+}
+
+/// A pattern split into the literal directory it starts from and the glob
+/// that remains, so `src/**/*.rs` walks `src` and `/etc/*.conf` walks `/etc`
+/// one level deep instead of the whole filesystem.
+#[derive(Debug)]
+struct Plan {
+    root: PathBuf,
+    matcher: Option<globset::GlobMatcher>,
+    max_depth: usize,
+}
+
+fn is_literal(segment: &str) -> bool {
+    !segment.contains(['*', '?', '[', ']', '{', '}', '\\'])
+}
+
+impl Plan {
+    fn new(base: &Path, pattern: &str) -> Result<Plan, globset::Error> {
+        let segments: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty()).collect();
+        let literal = segments.iter().take_while(|s| is_literal(s)).count();
+        let mut root = base.to_path_buf();
+        for s in &segments[..literal] {
+            if *s != "." {
+                root.push(s);
+            }
+        }
+        let root = lexical_clean(&root);
+        let rest = &segments[literal..];
+        if rest.is_empty() {
+            return Ok(Plan {
+                root,
+                matcher: None,
+                max_depth: 0,
+            });
+        }
+        let max_depth = if rest.contains(&"**") || rest.iter().any(|s| s.contains("**")) {
+            usize::MAX
+        } else {
+            rest.len()
+        };
+        let glob = GlobBuilder::new(&rest.join("/"))
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()?;
+        Ok(Plan {
+            root,
+            matcher: Some(glob.compile_matcher()),
+            max_depth,
+        })
+    }
+
+    fn walk(&self) -> Vec<(PathBuf, SystemTime)> {
+        let Some(matcher) = &self.matcher else {
+            // A fully literal pattern names one path: it matches if it exists.
+            return match std::fs::symlink_metadata(&self.root) {
+                Ok(m) => vec![(
+                    self.root.clone(),
+                    m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                )],
+                Err(_) => Vec::new(),
+            };
+        };
+        let mut hits = Vec::new();
+        let walker = WalkDir::new(&self.root)
+            .follow_links(false)
+            .min_depth(1)
+            .max_depth(self.max_depth);
+        for entry in walker.into_iter().take(WALK_LIMIT) {
+            let Ok(entry) = entry else { continue };
+            let Ok(rel) = entry.path().strip_prefix(&self.root) else {
+                continue;
+            };
+            if matcher.is_match(rel) {
+                let mtime = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                hits.push((entry.into_path(), mtime));
+            }
+        }
+        hits
+    }
+}
+
+/// Drops `.` and folds `..` lexically, so results read `/w/x`, not `/w/sub/../x`.
+fn lexical_clean(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_splits_literal_prefix() {
+        let p = Plan::new(Path::new("/w"), "src/**/*.rs").unwrap();
+        assert_eq!(p.root, PathBuf::from("/w/src"));
+        assert_eq!(p.max_depth, usize::MAX);
+        let p = Plan::new(Path::new("/"), "etc/*.conf").unwrap();
+        assert_eq!(p.root, PathBuf::from("/etc"));
+        assert_eq!(p.max_depth, 1);
+        let p = Plan::new(Path::new("/w"), "../x/*").unwrap();
+        assert_eq!(p.root, PathBuf::from("/x"));
+        let p = Plan::new(Path::new("/w"), "a/b.txt").unwrap();
+        assert!(p.matcher.is_none());
+    }
+
+    #[test]
+    fn star_does_not_cross_directories() {
+        let p = Plan::new(Path::new("/w"), "*.rs").unwrap();
+        let m = p.matcher.unwrap();
+        assert!(m.is_match("a.rs"));
+        assert!(!m.is_match("d/a.rs"));
+        let p = Plan::new(Path::new("/w"), "**/*.rs").unwrap();
+        let m = p.matcher.unwrap();
+        assert!(m.is_match("a.rs"));
+        assert!(m.is_match("d/e/a.rs"));
+    }
+}

@@ -1,0 +1,47 @@
+//! write: a whole file, atomically, creating parent directories.
+
+use serde::Deserialize;
+
+use super::{Ctx, parse, required};
+use crate::fsutil::{atomic_write, describe};
+use crate::output::Output;
+
+#[derive(Deserialize)]
+struct Input {
+    file_path: Option<String>,
+    content: Option<String>,
+}
+
+pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
+    let input: Input = match parse("write", input) {
+        Ok(i) => i,
+        Err(out) => return out,
+    };
+    let file_path = match required("write", "file_path", &input.file_path) {
+        Ok(p) => p,
+        Err(out) => return out,
+    };
+    // Empty content is a legitimate write (truncate a file); absent is not.
+    let Some(content) = input.content.as_deref() else {
+        return Output::error("write: content is required");
+    };
+    let path = ctx.resolve(file_path);
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if meta.is_dir() {
+            return Output::error(format!("write {file_path}: is a directory"));
+        }
+        if !meta.is_file() {
+            return Output::error(format!("write: {file_path} is not a regular file"));
+        }
+    }
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return Output::error(format!("write {file_path}: mkdir: {}", describe(&e)));
+    }
+    if let Err(e) = atomic_write(&path, content.as_bytes()) {
+        return Output::error(format!("write {file_path}: {}", describe(&e)));
+    }
+    Output::ok(format!("wrote {} bytes to {file_path}", content.len()))
+}

@@ -1,0 +1,578 @@
+//! Every tool rule, driven through the real binary over its socket.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, SystemTime};
+
+use common::{Sidecar, alive, eventually, mode};
+use serde_json::json;
+
+#[tokio::test]
+async fn bash_state_persists_across_calls_and_runner_restarts() {
+    let mut s = Sidecar::start().await;
+    std::fs::create_dir(s.path("sub")).unwrap();
+    s.ok(
+        "bash",
+        json!({"command": "export GREETING='hello world'; cd sub; greet() { echo \"hi $1\"; }"}),
+    )
+    .await;
+    let out = s
+        .ok(
+            "bash",
+            json!({"command": "echo \"$GREETING\"; pwd; greet there"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        format!("hello world\n{}\nhi there\n", s.path("sub").display())
+    );
+
+    // unset sticks too: the snapshot is the whole environment.
+    s.ok("bash", json!({"command": "export DROPPED=1"})).await;
+    s.ok("bash", json!({"command": "unset DROPPED"})).await;
+    assert_eq!(
+        s.ok("bash", json!({"command": "echo \"[${DROPPED-}]\""}))
+            .await,
+        "[]\n"
+    );
+
+    assert!(s.stop().success());
+    s.spawn().await;
+    let out = s
+        .ok("bash", json!({"command": "echo \"$GREETING\"; pwd"}))
+        .await;
+    assert_eq!(out, format!("hello world\n{}\n", s.path("sub").display()));
+}
+
+#[tokio::test]
+async fn bash_restart_resets_state() {
+    let s = Sidecar::start().await;
+    s.ok("bash", json!({"command": "export X=1; cd /"})).await;
+    assert_eq!(
+        s.ok("bash", json!({"restart": true})).await,
+        "bash session restarted"
+    );
+    let out = s
+        .ok("bash", json!({"command": "echo \"[${X-}]\"; pwd"}))
+        .await;
+    assert_eq!(out, format!("[]\n{}\n", s.workdir.display()));
+    // restart with a command runs it in the fresh shell.
+    s.ok("bash", json!({"command": "export Y=2"})).await;
+    let out = s
+        .ok(
+            "bash",
+            json!({"restart": true, "command": "echo \"[${Y-}]\""}),
+        )
+        .await;
+    assert_eq!(out, "[]\n");
+}
+
+#[tokio::test]
+async fn bash_exit_codes_and_bad_input() {
+    let s = Sidecar::start().await;
+    assert_eq!(
+        s.err("bash", json!({"command": "echo oops >&2; exit 3"}))
+            .await,
+        "oops\n\nexit code: 3"
+    );
+    assert_eq!(s.ok("bash", json!({"command": "true"})).await, "");
+    assert_eq!(s.err("bash", json!({})).await, "bash: command is required");
+    assert!(
+        s.err("bash", json!({"command": 5}))
+            .await
+            .starts_with("invalid bash input: invalid type")
+    );
+    assert!(
+        s.err("bash", json!({"command": "true", "timeout_ms": "x"}))
+            .await
+            .starts_with("invalid bash input")
+    );
+    let over = s
+        .err(
+            "bash",
+            json!({"command": "touch made", "timeout_ms": 600_001}),
+        )
+        .await;
+    assert!(over.contains("over the maximum of 600000"), "{over}");
+    assert!(
+        s.err("bash", json!({"command": "touch made", "timeout_ms": -5}))
+            .await
+            .contains("positive")
+    );
+    // A refused restart changes nothing either.
+    s.ok("bash", json!({"command": "export KEEP=1"})).await;
+    s.err("bash", json!({"restart": true, "timeout_ms": 700_000}))
+        .await;
+    assert_eq!(s.ok("bash", json!({"command": "echo $KEEP"})).await, "1\n");
+    assert!(!s.path("made").exists());
+    // Malformed JSON (not an object at all).
+    let r = s
+        .client()
+        .await
+        .run(&common::next_id(), "bash", "{not json", false)
+        .await
+        .unwrap();
+    assert!(
+        r.is_error && r.content.starts_with("invalid bash input"),
+        "{}",
+        r.content
+    );
+    // stdin is /dev/null: a reader gets EOF instead of hanging.
+    assert_eq!(
+        s.ok("bash", json!({"command": "cat; echo done"})).await,
+        "done\n"
+    );
+}
+
+#[tokio::test]
+async fn bash_timeout_kills_the_whole_group() {
+    let s = Sidecar::start().await;
+    let pidfile = s.path("bg.pid");
+    let r = s
+        .call(
+            "bash",
+            json!({"command": format!("sleep 60 & echo $! > {}; sleep 60", pidfile.display()), "timeout_ms": 1000}),
+        )
+        .await;
+    assert!(r.is_error);
+    assert!(
+        r.content.contains("timed out after 1000ms"),
+        "{}",
+        r.content
+    );
+    let bg: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(|| !alive(bg)).await,
+        "background job {bg} survived the timeout"
+    );
+    // The state from before the timed-out call is intact.
+    assert_eq!(
+        s.ok("bash", json!({"command": "pwd"})).await,
+        format!("{}\n", s.workdir.display())
+    );
+}
+
+#[tokio::test]
+async fn bash_background_job_does_not_hold_the_call_and_is_reaped() {
+    let s = Sidecar::start().await;
+    let pidfile = s.path("bg.pid");
+    // A generous per-call timeout: if the job held the call open, the call
+    // would time out (and say so) instead of returning "started".
+    let fut = s.call(
+        "bash",
+        json!({"command": format!("(sleep 0.3; echo late) & echo $! > {}; echo started", pidfile.display()), "timeout_ms": 60_000}),
+    );
+    let r = tokio::time::timeout(Duration::from_secs(50), fut)
+        .await
+        .expect("call held open");
+    assert_eq!(r.content, "started\n");
+    assert!(!r.is_error);
+    let bg: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The orphan is reparented to the runner (a subreaper) and reaped: no zombie.
+    assert!(
+        eventually(|| !alive(bg) && !std::path::Path::new(&format!("/proc/{bg}")).exists()).await
+    );
+}
+
+#[tokio::test]
+async fn bash_restart_ends_background_jobs() {
+    let s = Sidecar::start().await;
+    let pidfile = s.path("bg.pid");
+    s.ok(
+        "bash",
+        json!({"command": format!("sleep 60 & echo $! > {}", pidfile.display())}),
+    )
+    .await;
+    let bg: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(bg));
+    s.ok("bash", json!({"restart": true})).await;
+    assert!(eventually(|| !alive(bg)).await);
+}
+
+#[tokio::test]
+async fn read_whole_ranges_and_refusals() {
+    let s = Sidecar::start().await;
+    std::fs::write(s.path("f.txt"), "one\ntwo\nthree\n").unwrap();
+    assert_eq!(
+        s.ok("read", json!({"file_path": "f.txt"})).await,
+        "one\ntwo\nthree\n"
+    );
+    let abs = s.path("f.txt").display().to_string();
+    assert_eq!(
+        s.ok("read", json!({"file_path": abs, "view_range": [2, 3]}))
+            .await,
+        "two\nthree"
+    );
+    assert_eq!(
+        s.ok("read", json!({"file_path": "f.txt", "view_range": [2, -1]}))
+            .await,
+        "two\nthree\n"
+    );
+    assert_eq!(
+        s.ok("read", json!({"file_path": "f.txt", "view_range": [9, 10]}))
+            .await,
+        ""
+    );
+    assert!(
+        s.err("read", json!({"file_path": "f.txt", "view_range": [1]}))
+            .await
+            .contains("view_range must be")
+    );
+    assert_eq!(
+        s.err("read", json!({})).await,
+        "read: file_path is required"
+    );
+    assert!(
+        s.err("read", json!({"file_path": "missing"}))
+            .await
+            .contains("no such file or directory")
+    );
+    std::fs::create_dir(s.path("d")).unwrap();
+    assert!(
+        s.err("read", json!({"file_path": "d"}))
+            .await
+            .contains("is a directory")
+    );
+    std::fs::write(s.path("bin"), b"ab\0cd").unwrap();
+    assert!(
+        s.err("read", json!({"file_path": "bin"}))
+            .await
+            .contains("binary file")
+    );
+    std::fs::write(s.path("big"), "x\n".repeat(200 << 10)).unwrap();
+    assert!(
+        s.err("read", json!({"file_path": "big"}))
+            .await
+            .contains("exceeds 262144-byte limit")
+    );
+    // A range of a file over the cap still reads.
+    assert_eq!(
+        s.ok("read", json!({"file_path": "big", "view_range": [5, 6]}))
+            .await,
+        "x\nx"
+    );
+    // Absolute paths outside the workdir are accepted: the container is the boundary.
+    assert!(
+        s.ok("read", json!({"file_path": "/etc/hostname"}))
+            .await
+            .len()
+            < 1000
+    );
+}
+
+#[tokio::test]
+async fn write_creates_dirs_atomically_and_keeps_modes() {
+    let s = Sidecar::start().await;
+    assert_eq!(
+        s.ok("write", json!({"file_path": "a/b/c.txt", "content": "hi"}))
+            .await,
+        "wrote 2 bytes to a/b/c.txt"
+    );
+    assert_eq!(std::fs::read_to_string(s.path("a/b/c.txt")).unwrap(), "hi");
+    assert_eq!(mode(&s.path("a/b/c.txt")), 0o644);
+
+    std::fs::write(s.path("run.sh"), "#!/bin/sh\necho a\n").unwrap();
+    std::fs::set_permissions(s.path("run.sh"), std::fs::Permissions::from_mode(0o751)).unwrap();
+    s.ok(
+        "write",
+        json!({"file_path": "run.sh", "content": "#!/bin/sh\necho b\n"}),
+    )
+    .await;
+    assert_eq!(mode(&s.path("run.sh")), 0o751);
+    s.ok(
+        "edit",
+        json!({"file_path": "run.sh", "old_string": "echo b", "new_string": "echo c"}),
+    )
+    .await;
+    assert_eq!(mode(&s.path("run.sh")), 0o751);
+    assert_eq!(s.ok("bash", json!({"command": "./run.sh"})).await, "c\n");
+
+    // A symlink is replaced by a regular file, not written through.
+    std::fs::write(s.path("target"), "t").unwrap();
+    std::os::unix::fs::symlink(s.path("target"), s.path("link")).unwrap();
+    s.ok("write", json!({"file_path": "link", "content": "new"}))
+        .await;
+    assert_eq!(std::fs::read_to_string(s.path("target")).unwrap(), "t");
+    assert!(
+        std::fs::symlink_metadata(s.path("link"))
+            .unwrap()
+            .file_type()
+            .is_file()
+    );
+    assert_eq!(mode(&s.path("link")), 0o644);
+
+    // Refusals change nothing, and no temp file is left behind.
+    std::fs::create_dir(s.path("dir")).unwrap();
+    assert!(
+        s.err("write", json!({"file_path": "dir", "content": "x"}))
+            .await
+            .contains("is a directory")
+    );
+    assert_eq!(
+        s.err("write", json!({"file_path": "x"})).await,
+        "write: content is required"
+    );
+    assert!(
+        s.err("write", json!({"file_path": "x", "content": 1}))
+            .await
+            .starts_with("invalid write input")
+    );
+    assert!(!s.path("x").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(&s.workdir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".agent-write-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[tokio::test]
+async fn edit_rules() {
+    let s = Sidecar::start().await;
+    std::fs::write(s.path("e.txt"), "a b a").unwrap();
+    let dup = s
+        .err(
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "a", "new_string": "z"}),
+        )
+        .await;
+    assert!(dup.contains("appears 2 times"), "{dup}");
+    assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "a b a");
+    assert_eq!(
+        s.ok(
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "a", "new_string": "z", "replace_all": true})
+        )
+        .await,
+        "edited e.txt (2 replacement(s))"
+    );
+    assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z b z");
+    s.ok(
+        "edit",
+        json!({"file_path": "e.txt", "old_string": " b", "new_string": ""}),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z z");
+    assert!(
+        s.err(
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "q", "new_string": "r"})
+        )
+        .await
+        .contains("not found")
+    );
+    assert_eq!(
+        s.err(
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "", "new_string": "r"})
+        )
+        .await,
+        "edit: old_string is required"
+    );
+    assert_eq!(
+        s.err("edit", json!({"file_path": "e.txt", "old_string": "z"}))
+            .await,
+        "edit: new_string is required"
+    );
+    std::fs::write(s.path("bin"), b"z\0z").unwrap();
+    assert!(
+        s.err(
+            "edit",
+            json!({"file_path": "bin", "old_string": "z", "new_string": "y"})
+        )
+        .await
+        .contains("binary")
+    );
+    assert_eq!(std::fs::read(s.path("bin")).unwrap(), b"z\0z");
+    assert!(
+        s.err(
+            "edit",
+            json!({"file_path": "missing", "old_string": "z", "new_string": "y"})
+        )
+        .await
+        .contains("no such file")
+    );
+    assert!(!s.path("missing").exists());
+}
+
+#[tokio::test]
+async fn glob_matches_doublestar_newest_first() {
+    let s = Sidecar::start().await;
+    let now = SystemTime::now();
+    for (i, p) in ["old.rs", "src/mid.rs", "src/deep/new.rs", "src/notes.txt"]
+        .iter()
+        .enumerate()
+    {
+        let path = s.path(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "x").unwrap();
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(now - Duration::from_secs(1000 - 100 * i as u64))
+            .unwrap();
+    }
+    let out = s.ok("glob", json!({"pattern": "**/*.rs"})).await;
+    let want: Vec<String> = ["src/deep/new.rs", "src/mid.rs", "old.rs"]
+        .iter()
+        .map(|p| s.path(p).display().to_string())
+        .collect();
+    assert_eq!(out, want.join("\n"));
+    assert_eq!(
+        s.ok("glob", json!({"pattern": "*.rs"})).await,
+        s.path("old.rs").display().to_string()
+    );
+    assert_eq!(
+        s.ok("glob", json!({"pattern": "*.txt", "path": "src"}))
+            .await,
+        s.path("src/notes.txt").display().to_string()
+    );
+    let abs = format!("{}/**/new.rs", s.workdir.display());
+    assert_eq!(
+        s.ok("glob", json!({"pattern": abs})).await,
+        s.path("src/deep/new.rs").display().to_string()
+    );
+    assert_eq!(
+        s.ok("glob", json!({"pattern": "*.none"})).await,
+        "no matches"
+    );
+    assert!(
+        s.err("glob", json!({"pattern": "a[", }))
+            .await
+            .contains("invalid pattern")
+    );
+    assert!(
+        s.err("glob", json!({"pattern": "*", "path": "nope"}))
+            .await
+            .contains("no such file")
+    );
+}
+
+#[tokio::test]
+async fn grep_shells_out_to_gnu_grep() {
+    let s = Sidecar::start().await;
+    std::fs::create_dir_all(s.path("d")).unwrap();
+    std::fs::write(s.path("d/a.txt"), "alpha\nbeta 42\n").unwrap();
+    std::fs::write(s.path("d/b.bin"), b"beta\0 42").unwrap();
+    let out = s.ok("grep", json!({"pattern": "beta \\d+"})).await;
+    assert_eq!(out, format!("{}:2:beta 42\n", s.path("d/a.txt").display()));
+    let one = s
+        .ok("grep", json!({"pattern": "alpha", "path": "d/a.txt"}))
+        .await;
+    assert_eq!(one, format!("{}:1:alpha\n", s.path("d/a.txt").display()));
+    assert_eq!(
+        s.ok("grep", json!({"pattern": "gamma"})).await,
+        "no matches"
+    );
+    let bad = s.err("grep", json!({"pattern": "(unclosed"})).await;
+    assert!(
+        bad.starts_with("grep: ") && bad.contains("parenthes"),
+        "{bad}"
+    );
+    assert!(
+        s.err("grep", json!({"pattern": "x", "path": "nope"}))
+            .await
+            .contains("no such file")
+    );
+    assert_eq!(
+        s.err("grep", json!({"path": "d"})).await,
+        "grep: pattern is required"
+    );
+}
+
+#[tokio::test]
+async fn output_is_sanitized_capped_and_spilled() {
+    let s = Sidecar::start().await;
+    assert_eq!(
+        s.ok("bash", json!({"command": "printf 'a\\0b'"})).await,
+        "ab"
+    );
+    let id = common::next_id();
+    let r = s
+        .try_call(
+            &id,
+            "bash",
+            json!({"command": "yes 0123456789 | head -c 300000; exit 4"}),
+        )
+        .await
+        .unwrap();
+    assert!(r.is_error);
+    assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    assert!(
+        r.content.ends_with("\nexit code: 4"),
+        "{}",
+        &r.content[r.content.len() - 300..]
+    );
+    let spill = s.spill.join(format!("{id}.txt"));
+    assert!(r.content.contains(&spill.display().to_string()));
+    assert_eq!(std::fs::metadata(&spill).unwrap().len(), 300_000);
+    // A multi-byte character is never split by the cap.
+    let r = s
+        .call("bash", json!({"command": "yes é | head -c 250000"}))
+        .await;
+    assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    // Text results (read of a file between the caps) spill too.
+    std::fs::write(s.path("mid.txt"), "y".repeat(150 << 10)).unwrap();
+    let id = common::next_id();
+    let r = s
+        .try_call(&id, "read", json!({"file_path": "mid.txt"}))
+        .await
+        .unwrap();
+    assert!(!r.is_error && r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    assert_eq!(
+        std::fs::metadata(s.spill.join(format!("{id}.txt")))
+            .unwrap()
+            .len(),
+        150 << 10
+    );
+    // Working files do not pile up.
+    let left = std::fs::read_dir(s.state.join("calls")).unwrap().count();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn a_gibibyte_of_output_stays_within_a_few_mib() {
+    let s = Sidecar::start().await;
+    // Warm up: every code path of a spilled bash call once.
+    s.call(
+        "bash",
+        json!({"command": "head -c 200000 /dev/zero | tr '\\0' x"}),
+    )
+    .await;
+    let before = s.status_kib("VmHWM");
+    let id = common::next_id();
+    let r = s
+        .try_call(
+            &id,
+            "bash",
+            json!({"command": "head -c 1073741824 /dev/zero | tr '\\0' x", "timeout_ms": 600_000}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !r.is_error,
+        "{}",
+        &r.content[r.content.len().saturating_sub(300)..]
+    );
+    assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    let after = s.status_kib("VmHWM");
+    eprintln!("VmHWM before {before} KiB, after {after} KiB");
+    assert!(
+        after <= before + 4 * 1024,
+        "peak RSS grew from {before} to {after} KiB"
+    );
+    let spill = s.spill.join(format!("{id}.txt"));
+    assert_eq!(std::fs::metadata(&spill).unwrap().len(), 1 << 30);
+    std::fs::remove_file(spill).unwrap();
+}
