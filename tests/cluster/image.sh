@@ -68,7 +68,11 @@ cmd_oci() {
 		cp -a "$src/." "$root/"
 		[[ ${#cmd[@]} -gt 0 ]] || cmd=(/bin/sh)
 	elif [[ -f "$src" ]]; then
-		if ldd "$src" >/dev/null 2>&1; then
+		# ldd says "not a dynamic executable" (exit 1) for a static binary and
+		# "statically linked" (exit 0) for a static-pie one.
+		local linkage
+		linkage=$(ldd "$src" 2>&1 || true)
+		if ! grep -qE 'not a dynamic executable|statically linked' <<<"$linkage"; then
 			die "$src is dynamically linked; image.sh packs static binaries (or a rootfs dir)"
 		fi
 		local bn
