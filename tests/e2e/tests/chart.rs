@@ -269,19 +269,23 @@ fn walk(k: &Kubectl, chart: &str) {
     );
     assert!(k.get(&["clusterrole", RELEASE]).is_none());
     // Operator pods terminate after uninstall returns; give them their grace period.
-    wait_for("every release object to go", Duration::from_secs(90), || {
-        let left = k.must(&[
-            "get",
-            "all,secret,configmap,role,rolebinding,serviceaccount,pdb",
-            "-n",
-            RELEASE_NS,
-            "-l",
-            "app.kubernetes.io/instance=agentplane",
-            "-o",
-            "name",
-        ]);
-        left.trim().is_empty().then_some(())
-    });
+    wait_for(
+        "every release object to go",
+        Duration::from_secs(90),
+        || {
+            let left = k.must(&[
+                "get",
+                "all,secret,configmap,role,rolebinding,serviceaccount,pdb",
+                "-n",
+                RELEASE_NS,
+                "-l",
+                "app.kubernetes.io/instance=agentplane",
+                "-o",
+                "name",
+            ]);
+            left.trim().is_empty().then_some(())
+        },
+    );
     assert!(
         k.get(&["crd", "agentsessions.agentplane.dev"]).is_some(),
         "the CRD stays, as NOTES.txt says"
