@@ -246,6 +246,11 @@ impl Operator {
         http_get(self.health_port, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     }
 
+    /// The process id (for /proc figures).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills it at once, as a node failure would.
     pub fn kill(mut self) {
         let _ = self.child.kill();
