@@ -91,10 +91,11 @@ fn main() {
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
-                if item["status"]["observedGeneration"].is_number() && !seen.contains_key(&name) {
-                    if let Some(t) = applied.get(&name) {
-                        seen.insert(name, t.elapsed());
-                    }
+                if item["status"]["observedGeneration"].is_number()
+                    && !seen.contains_key(&name)
+                    && let Some(t) = applied.get(&name)
+                {
+                    seen.insert(name, t.elapsed());
                 }
             }
         }
