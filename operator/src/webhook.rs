@@ -69,6 +69,12 @@ impl ReloadingCert {
         Ok(true)
     }
 
+    /// The DER of the leaf certificate being served now.
+    pub fn leaf_der(&self) -> Option<Vec<u8>> {
+        let cur = self.current.read().ok()?;
+        cur.1.cert.first().map(|c| c.as_ref().to_vec())
+    }
+
     /// Polls the files every `every` until the process ends.
     pub fn watch(self: &Arc<Self>, every: Duration) {
         let me = Arc::clone(self);
