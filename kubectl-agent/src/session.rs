@@ -28,7 +28,7 @@ pub fn preflight(session: &AgentSession, tool: &str, confirmed: bool) -> Result<
             detail,
         });
     }
-    if sidecar_is_web_tool(tool) {
+    if toolset::is_web_tool(tool) {
         return Err(Error::NotSandboxTool {
             tool: tool.to_owned(),
         });
@@ -51,10 +51,6 @@ pub fn preflight(session: &AgentSession, tool: &str, confirmed: bool) -> Result<
         phase: "Ready".into(),
         detail: "status names no pod".into(),
     })
-}
-
-fn sidecar_is_web_tool(name: &str) -> bool {
-    matches!(name, "web_fetch" | "web_search")
 }
 
 /// The `tools` table: name, policy, source, one line each.

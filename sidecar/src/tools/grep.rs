@@ -148,6 +148,14 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
             cleanup(true);
             file_output(out_path.clone())
         }
+        // Exit 2 with nothing said: -s silenced every error, so the only
+        // trouble was files that vanished or could not be read during the
+        // walk (a concurrent write's temporary file, say); the target itself
+        // exists (checked above), and nothing readable matched.
+        Waited::Exited(Exit::Code(2)) if stderr.is_empty() => {
+            cleanup(false);
+            Output::ok("no matches")
+        }
         Waited::Exited(exit) => {
             cleanup(false);
             let why = if stderr.is_empty() {

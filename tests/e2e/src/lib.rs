@@ -203,6 +203,18 @@ impl Operator {
         log: &Path,
         extra: &[&str],
     ) -> Self {
+        Self::start_with_env(kubeconfig, certs, webhook_port, log, extra, &[])
+    }
+
+    /// As [`Operator::start`], with `env` added to the process environment.
+    pub fn start_with_env(
+        kubeconfig: &str,
+        certs: &Certs,
+        webhook_port: u16,
+        log: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let bin = operator_bin();
         assert!(
             bin.exists(),
@@ -226,6 +238,7 @@ impl Operator {
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,operator=debug")
+            .envs(env.iter().copied())
             .stdout(logfile.try_clone().expect("log"))
             .stderr(logfile)
             .spawn()
