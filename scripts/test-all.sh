@@ -8,7 +8,9 @@
 #      containerd) -- they bring a cluster up and down themselves
 #   4. end to end on a fresh cluster: the operator and webhook against the
 #      API server, sandbox pods from the project's own images, tool calls
-#      through kubectl agent
+#      through kubectl agent after helm install, and the telemetry contract
+#      (operator spans and the runner's tool.execution.duration reaching a
+#      real OpenTelemetry Collector)
 # Needs root (the cluster). The first run builds Kubernetes from the Go
 # module proxy into ~/.cache/agentplane (about 20 minutes on 2 cores).
 set -euo pipefail
@@ -42,5 +44,6 @@ KUBECTL=$(command -v kubectl)
 HELM=$(command -v helm)
 export KUBECTL HELM
 scripts/images.sh
+tests/telemetry/collector.sh build   # a real OpenTelemetry Collector, from the Go module proxy (cached)
 cargo build --locked -p operator -p kubectl-agent
 cargo test --locked -p e2e -- --test-threads=1

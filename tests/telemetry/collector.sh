@@ -82,8 +82,8 @@ YAML
 	nohup "$BIN" --config "file:$RUN/config.yaml" >"$RUN/otelcol.log" 2>&1 </dev/null &
 	echo $! >"$PIDFILE"
 	# Ready once the gRPC port listens (or fail if the process died).
-	local port="${ADDR##*:}" i
-	for i in $(seq 1 100); do
+	local port="${ADDR##*:}"
+	for _ in $(seq 1 100); do
 		running || die "exited at start: $(tail -20 "$RUN/otelcol.log")"
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "collector.sh: listening on $ADDR (pid $(cat "$PIDFILE")), writing $out" >&2
@@ -97,11 +97,11 @@ YAML
 
 stop() {
 	[[ -f "$PIDFILE" ]] || return 0
-	local pid i
+	local pid
 	pid="$(cat "$PIDFILE")"
 	if kill -0 "$pid" 2>/dev/null; then
 		kill -TERM "$pid"
-		for i in $(seq 1 50); do
+		for _ in $(seq 1 50); do
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done

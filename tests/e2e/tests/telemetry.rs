@@ -266,30 +266,31 @@ fn scenario(k: &Kubectl, collector: &Collector, port: u16, log: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Both signals arrive at the collector.
-    let (spans, points) = wait_for(
-        "the reconcile span and the bash tool metric at the collector",
+    // Both signals arrive at the collector, each waited for on its own so a
+    // timeout names the one missing.
+    wait_for(
+        "span `reconcile AgentSession` from service agent-operator at the collector",
         Duration::from_secs(60),
         || {
-            let batches = collector.batches();
-            let spans = spans(&batches);
-            let points = points(&batches);
-            let span = spans
+            spans(&collector.batches())
                 .iter()
-                .any(|(svc, name)| svc == "agent-operator" && name == "reconcile AgentSession");
-            let metric = points.iter().any(|p| {
-                p.metric == "tool.execution.duration"
-                    && attr(&p.attrs, "gen_ai.tool.name") == Some("bash")
-            });
-            (span && metric).then_some((spans, points))
+                .any(|(svc, name)| svc == "agent-operator" && name == "reconcile AgentSession")
+                .then_some(())
         },
     );
-
-    assert!(
-        spans
-            .iter()
-            .any(|(svc, name)| svc == "agent-operator" && name == "reconcile AgentSession"),
-        "{spans:?}"
+    let points = wait_for(
+        "metric tool.execution.duration with gen_ai.tool.name=bash at the collector",
+        Duration::from_secs(60),
+        || {
+            let points = points(&collector.batches());
+            points
+                .iter()
+                .any(|p| {
+                    p.metric == "tool.execution.duration"
+                        && attr(&p.attrs, "gen_ai.tool.name") == Some("bash")
+                })
+                .then_some(points)
+        },
     );
     let bash: Vec<&Point> = points
         .iter()
