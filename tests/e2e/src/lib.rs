@@ -27,6 +27,51 @@ fn required_env(name: &str) -> String {
     })
 }
 
+/// The sandbox image the tests' sessions run (the harness's base image:
+/// bash, GNU grep, coreutils).
+pub fn sandbox_image() -> String {
+    std::env::var("AGENTPLANE_SANDBOX_IMAGE")
+        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
+}
+
+/// The runner image `scripts/images.sh` builds.
+pub fn runner_image() -> String {
+    std::env::var("AGENTPLANE_RUNNER_IMAGE")
+        .unwrap_or_else(|_| "localhost/agentplane/runner:dev".into())
+}
+
+/// The `kubectl-agent` binary `cargo build -p kubectl-agent` made.
+pub fn plugin_bin() -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("target"));
+    let p = target.join("debug/kubectl-agent");
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build -p kubectl-agent",
+        p.display()
+    );
+    p
+}
+
+/// Applies the CRD as the chart ships it and waits until it is served.
+pub fn install_crd(k: &Kubectl) {
+    let crd = root().join("charts/agentplane/crds/agentsessions.agentplane.dev.yaml");
+    k.must(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &crd.to_string_lossy(),
+    ]);
+    k.must(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/agentsessions.agentplane.dev",
+        "--timeout=60s",
+    ]);
+}
+
 /// A command's outcome, as text.
 #[derive(Debug, Clone)]
 pub struct Run {

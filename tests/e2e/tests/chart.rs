@@ -2,11 +2,10 @@
 //! project's own images, a session applied, every tool called through
 //! `kubectl agent`, the session deleted, the release upgraded and removed.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::{Kubectl, Namespace, Run, root, wait_for};
+use e2e::{Kubectl, Namespace, Run, plugin_bin, root, sandbox_image, wait_for};
 
 const RELEASE: &str = "agentplane";
 const RELEASE_NS: &str = "agentplane-e2e";
@@ -21,23 +20,10 @@ fn helm(k: &Kubectl, args: &[&str]) -> Run {
         .into()
 }
 
-fn plugin() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root().join("target"));
-    let p = target.join("debug/kubectl-agent");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build -p kubectl-agent",
-        p.display()
-    );
-    p
-}
-
 /// Runs `kubectl agent ARGS` (the plugin binary, as kubectl would) and
 /// returns its exit code with the output.
 fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(plugin())
+    let out = Command::new(plugin_bin())
         .args(["-n", ns])
         .args(args)
         .env("KUBECONFIG", &k.kubeconfig)
@@ -48,11 +34,6 @@ fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn sandbox_image() -> String {
-    std::env::var("AGENTPLANE_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
 }
 
 #[test]

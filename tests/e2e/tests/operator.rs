@@ -7,7 +7,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use e2e::{Certs, Kubectl, Namespace, Operator, free_port, register_webhook, root, wait_for};
+use e2e::{
+    Certs, Kubectl, Namespace, Operator, free_port, install_crd, register_webhook, root,
+    runner_image, sandbox_image, wait_for,
+};
 use serde_json::Value;
 
 const WEBHOOK: &str = "agentplane-e2e";
@@ -18,16 +21,6 @@ fn session(name: &str, tools: &str) -> String {
         "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: {name}\nspec:\n  image: {image}\n  tools:\n{tools}",
         image = sandbox_image()
     )
-}
-
-fn sandbox_image() -> String {
-    std::env::var("AGENTPLANE_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
-}
-
-fn runner_image() -> String {
-    std::env::var("AGENTPLANE_RUNNER_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/runner:dev".into())
 }
 
 const AGENT: &str = "    - type: agent_toolset_20260401\n      configs:\n        - name: write\n          permission_policy: {type: always_ask}\n";
@@ -119,20 +112,7 @@ fn operator_and_webhook_on_a_real_api_server() {
 
 fn scenarios(k: &Kubectl, log: &std::path::Path) {
     // The CRD, as the chart ships it.
-    let crd = root().join("charts/agentplane/crds/agentsessions.agentplane.dev.yaml");
-    k.must(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        crd.to_str().expect("path"),
-    ]);
-    k.must(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentsessions.agentplane.dev",
-        "--timeout=60s",
-    ]);
+    install_crd(k);
     let _ = k.run(
         &[
             "delete",

@@ -10,35 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::{Certs, Kubectl, Namespace, Operator, free_port, root, wait_for};
+use e2e::{
+    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, root, runner_image,
+    sandbox_image, wait_for,
+};
 use serde_json::Value;
 
 /// The node IP of the test cluster (tests/cluster): pods reach the host there.
 fn host_ip() -> String {
     std::env::var("AGENTPLANE_HOST_IP").unwrap_or_else(|_| "10.88.0.1".into())
-}
-
-fn sandbox_image() -> String {
-    std::env::var("AGENTPLANE_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into())
-}
-
-fn runner_image() -> String {
-    std::env::var("AGENTPLANE_RUNNER_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/runner:dev".into())
-}
-
-fn plugin() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root().join("target"));
-    let p = target.join("debug/kubectl-agent");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build -p kubectl-agent",
-        p.display()
-    );
-    p
 }
 
 /// The collector started by tests/telemetry/collector.sh; stopped on drop.
@@ -201,20 +181,7 @@ fn operator_spans_and_runner_metrics_reach_an_otlp_collector() {
 }
 
 fn scenario(k: &Kubectl, collector: &Collector, port: u16, log: &Path) {
-    let crd = root().join("charts/agentplane/crds/agentsessions.agentplane.dev.yaml");
-    k.must(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        crd.to_str().expect("path"),
-    ]);
-    k.must(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentsessions.agentplane.dev",
-        "--timeout=60s",
-    ]);
+    install_crd(k);
 
     // The operator exports to the collector on loopback. No webhook is
     // registered: this test is about telemetry, not admission.
@@ -254,7 +221,7 @@ fn scenario(k: &Kubectl, collector: &Collector, port: u16, log: &Path) {
     });
 
     // One bash call through the plugin, as a user makes it.
-    let out = Command::new(plugin())
+    let out = Command::new(plugin_bin())
         .args(["-n", &ns.name, "bash", "otel", "--", "true"])
         .env("KUBECONFIG", &k.kubeconfig)
         .output()
