@@ -58,8 +58,8 @@ kubectl get agentsessions
 step "kubectl agent tools demo"
 kubectl agent tools demo
 
-step "kubectl agent bash demo -- 'echo hello from \$(hostname); id; cd /workspace && pwd'"
-kubectl agent bash demo -- 'echo hello from $(hostname); id; cd /workspace && pwd'
+step "kubectl agent bash demo -- 'echo hello from \$(uname -n); id; cd /workspace && pwd'"
+kubectl agent bash demo -- 'echo hello from $(uname -n); id; cd /workspace && pwd'
 
 step "kubectl agent call demo write (always_ask: refused without --confirm)"
 kubectl agent call demo write '{"file_path": "notes/hello.txt", "content": "written by the demo\n"}' || true
