@@ -68,14 +68,6 @@ pub async fn main(cli: Cli) -> ExitCode {
     }
 }
 
-fn call_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("kubectl-{nanos:x}-{}", std::process::id())
-}
-
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let client = Client::try_default()
         .await
@@ -146,7 +138,7 @@ async fn call(
     let mut runner = RunnerClient::new(channel);
     let resp = runner
         .run(RunRequest {
-            id: id.unwrap_or_else(call_id),
+            id: id.unwrap_or_else(sidecar::cli::generate_id),
             name: tool.to_owned(),
             input_json: input.to_owned(),
             confirmed: confirm,

@@ -62,7 +62,7 @@ impl McpClient {
                 "clientInfo": {"name": "agentplane-operator", "version": env!("CARGO_PKG_VERSION")}
             }
         });
-        let (result, session) = self.call(&init, None).await?;
+        let (result, session) = self.send(&init, None, None).await?;
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
@@ -80,9 +80,7 @@ impl McpClient {
             }
             let req =
                 json!({"jsonrpc": "2.0", "id": 2 + page, "method": "tools/list", "params": params});
-            let (result, _) = self
-                .call_versioned(&req, session.as_deref(), &version)
-                .await?;
+            let (result, _) = self.send(&req, session.as_deref(), Some(&version)).await?;
             let listed = result
                 .get("tools")
                 .and_then(Value::as_array)
@@ -125,23 +123,12 @@ impl McpClient {
         Err(self.fail(format!("tools/list still paging after {MAX_PAGES} pages")))
     }
 
-    async fn call(&self, body: &Value, session: Option<&str>) -> Result<(Value, Option<String>)> {
-        self.send(body, session, None).await
-    }
-
-    async fn call_versioned(
-        &self,
-        body: &Value,
-        session: Option<&str>,
-        version: &str,
-    ) -> Result<(Value, Option<String>)> {
-        self.send(body, session, Some(version)).await
-    }
-
     async fn notify(&self, body: &Value, session: Option<&str>, version: &str) -> Result<()> {
-        let mut req = self.post(body, session, Some(version));
-        req = req.header("Accept", "application/json, text/event-stream");
-        let resp = req.send().await.map_err(|e| self.fail(describe(&e)))?;
+        let resp = self
+            .post(body, session, Some(version))
+            .send()
+            .await
+            .map_err(|e| self.fail(describe(&e)))?;
         if resp.status().is_success() {
             Ok(())
         } else {

@@ -210,12 +210,7 @@ pub async fn serve_tls(
         .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
+    let listener = bind(addr).await?;
     tracing::info!(%addr, "admission webhook listening");
     let app = router();
     tokio::pin!(shutdown);
@@ -252,18 +247,20 @@ pub async fn serve_tls(
     }
 }
 
+async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|source| Error::Bind {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
 /// Serves plain HTTP `app` on `addr` until `shutdown` resolves.
 pub async fn serve_plain(
     addr: SocketAddr,
     app: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: addr.to_string(),
-            source,
-        })?;
+    let listener = bind(addr).await?;
     tracing::info!(%addr, "health endpoints listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

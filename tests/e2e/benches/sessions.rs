@@ -17,7 +17,10 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::{Certs, Kubectl, Namespace, Operator, free_port, root, wait_for};
+use e2e::{
+    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, sandbox_image,
+    wait_for,
+};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -56,16 +59,8 @@ fn session_yaml(name: &str, image: &str, extra: &str) -> String {
 
 fn main() {
     let k = Kubectl::from_env();
-    let crd = root().join("charts/agentplane/crds/agentsessions.agentplane.dev.yaml");
-    k.must(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        crd.to_str().unwrap_or_default(),
-    ]);
-    let image = std::env::var("AGENTPLANE_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "localhost/agentplane/sandbox-base:dev".into());
+    install_crd(&k);
+    let image = sandbox_image();
     let logs = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let certs = Certs::generate();
     let op = Operator::start(
@@ -147,10 +142,7 @@ fn main() {
         "bench-user",
         &[("pod-security.kubernetes.io/enforce", "restricted")],
     );
-    let plugin = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| root().join("target"))
-        .join("debug/kubectl-agent");
+    let plugin = plugin_bin();
     let agent = |args: &[&str]| {
         Command::new(&plugin)
             .args(["-n", &ns.name])
