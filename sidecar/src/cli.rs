@@ -70,6 +70,34 @@ pub struct ServeArgs {
     /// ConfigMap is updated in place by the kubelet).
     #[arg(long, default_value_t = 5)]
     pub toolset_poll_seconds: u64,
+    /// Most calls run at once; one more is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = crate::runner::DEFAULT_MAX_CONCURRENT_CALLS)]
+    pub max_concurrent_calls: usize,
+    /// Most bytes of output one bash or grep call may write (the model sees
+    /// 100 KiB of it, the rest is spilled); past it the call is ended.
+    #[arg(long, default_value_t = crate::tools::DEFAULT_MAX_CALL_OUTPUT_BYTES)]
+    pub max_call_output_bytes: u64,
+    /// Most spill files kept in --spill-dir; the oldest are removed first.
+    #[arg(long, default_value_t = crate::output::DEFAULT_SPILL_MAX_FILES)]
+    pub spill_max_files: usize,
+    /// Most bytes the spill files may hold together; the oldest are removed
+    /// first, the newest is always kept.
+    #[arg(long, default_value_t = crate::output::DEFAULT_SPILL_MAX_BYTES)]
+    pub spill_max_bytes: u64,
+}
+
+impl ServeArgs {
+    /// The runner's bounds as the flags set them.
+    pub fn limits(&self) -> crate::Limits {
+        crate::Limits {
+            max_concurrent_calls: self.max_concurrent_calls,
+            call: crate::tools::CallLimits {
+                max_output_bytes: self.max_call_output_bytes,
+            },
+            spill_max_files: self.spill_max_files,
+            spill_max_bytes: self.spill_max_bytes,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,12 @@ pub enum Error {
     )]
     NotSandboxTool { tool: String },
 
+    /// The runner is already running as many calls as it may.
+    #[error(
+        "the runner is already running {limit} calls, the most it runs at once (serve --max-concurrent-calls); retry when one has finished"
+    )]
+    Busy { limit: usize },
+
     /// The call id cannot name the call's files.
     #[error("invalid call id: {reason}")]
     InvalidCallId { id: String, reason: String },
@@ -89,6 +95,7 @@ impl Error {
             Error::ConfirmationRequired { .. } => "confirmation_required",
             Error::DisabledTool { .. } => "disabled_tool",
             Error::NotSandboxTool { .. } => "not_sandbox_tool",
+            Error::Busy { .. } => "busy",
             Error::InvalidCallId { .. } => "invalid_call_id",
             Error::Io { .. } => "io",
             Error::SupervisorGone => "supervisor_gone",
@@ -123,6 +130,7 @@ impl Error {
             Error::NotSandboxTool { .. } | Error::InvalidCallId { .. } => {
                 tonic::Code::InvalidArgument
             }
+            Error::Busy { .. } => tonic::Code::ResourceExhausted,
             Error::Status { code, .. } => *code,
             _ => tonic::Code::Internal,
         };

@@ -14,13 +14,16 @@ pub mod cli;
 pub mod client;
 pub mod error;
 pub mod fsutil;
+pub mod guard;
 pub mod output;
+pub mod procs;
 pub mod proto;
 pub mod reaper;
 pub mod runner;
 pub mod service;
+pub mod snapshot;
 pub mod telemetry;
 pub mod tools;
 
 pub use error::Error;
-pub use runner::{Runner, RunnerConfig, ToolResult};
+pub use runner::{Limits, Runner, RunnerConfig, ToolResult};

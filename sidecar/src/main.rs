@@ -72,12 +72,13 @@ fn run_serve(args: ServeArgs) -> Result<ExitCode, Error> {
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
     rt.block_on(async move {
         let meter = sidecar::telemetry::init()?;
-        let runner = Runner::new(RunnerConfig {
-            workdir: args.workdir.clone(),
-            state_dir,
-            spill_dir: args.spill_dir.clone(),
-            toolset,
-        })?;
+        let mut config =
+            RunnerConfig::new(args.workdir.clone(), state_dir, args.spill_dir.clone(), toolset);
+        config.limits = args.limits();
+        config.protected = std::iter::once(args.socket.clone())
+            .chain(args.toolset.clone())
+            .collect();
+        let runner = Runner::new(config)?;
         tracing::info!(workdir = %runner.workdir().display(), session = %args.session, "runner ready");
         if let Some(path) = args.toolset.clone() {
             watch_toolset(runner.clone(), path, std::time::Duration::from_secs(args.toolset_poll_seconds.max(1)));

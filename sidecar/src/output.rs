@@ -50,13 +50,82 @@ impl Output {
     }
 }
 
-/// Where a call's oversized output goes.
+/// Where a call's oversized output goes, and how much of it is kept.
 #[derive(Debug, Clone)]
 pub struct Spill {
     pub dir: PathBuf,
+    /// Most spill files kept; the oldest go first.
+    pub max_files: usize,
+    /// Most bytes the spill files may hold together; the oldest go first,
+    /// but the newest is always kept, whatever its size.
+    pub max_bytes: u64,
 }
 
+/// Most directory entries looked at when pruning.
+const MAX_SPILL_SCAN: usize = 1 << 16;
+
+/// Default of [`Spill::max_files`].
+pub const DEFAULT_SPILL_MAX_FILES: usize = 256;
+/// Default of [`Spill::max_bytes`]: 2 GiB.
+pub const DEFAULT_SPILL_MAX_BYTES: u64 = 2 << 30;
+
 impl Spill {
+    /// A spill directory with the default retention.
+    pub fn new(dir: PathBuf) -> Self {
+        Spill {
+            dir,
+            max_files: DEFAULT_SPILL_MAX_FILES,
+            max_bytes: DEFAULT_SPILL_MAX_BYTES,
+        }
+    }
+
+    /// Removes the oldest spill files until the retention bounds hold,
+    /// never `newest`. Only files named as spills are counted or removed.
+    /// Returns how many were removed.
+    pub fn prune(&self, newest: &Path) -> usize {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .take(MAX_SPILL_SCAN)
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".txt"))
+                    .is_some_and(|id| toolset::spill_file_name(id).is_ok())
+            })
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                m.is_file().then(|| {
+                    (
+                        m.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+                        m.len(),
+                        e.path(),
+                    )
+                })
+            })
+            .collect();
+        files.sort();
+        let mut count = files.len();
+        let mut bytes: u64 = files.iter().map(|f| f.1).sum();
+        let mut removed = 0;
+        for (_, len, path) in files {
+            if count <= self.max_files && bytes <= self.max_bytes {
+                break;
+            }
+            if path == newest {
+                continue;
+            }
+            if fs::remove_file(&path).is_ok() {
+                removed += 1;
+                count -= 1;
+                bytes = bytes.saturating_sub(len);
+            }
+        }
+        removed
+    }
+
     fn path_for(&self, id: &str) -> Result<PathBuf, String> {
         toolset::spill_file_name(id)
             .map(|name| self.dir.join(name))
@@ -144,9 +213,12 @@ fn spill_text(full: &str, id: &str, spill: &Spill) -> String {
         Err(e) => return lost_notice(&e),
     };
     let res = fs::create_dir_all(&spill.dir)
-        .and_then(|()| crate::fsutil::atomic_write(&path, full.as_bytes()));
+        .and_then(|()| crate::fsutil::atomic_write(&path, full.as_bytes(), None));
     match res {
-        Ok(()) => notice_for(&path, full.len() as u64),
+        Ok(()) => {
+            spill.prune(&path);
+            notice_for(&path, full.len() as u64)
+        }
         Err(e) => lost_notice(&format!(
             "{}: {}",
             path.display(),
@@ -176,6 +248,7 @@ fn spill_file(src: &Path, id: &str, spill: &Spill) -> String {
     });
     match res {
         Ok(()) => {
+            spill.prune(&path);
             let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             notice_for(&path, size)
         }

@@ -50,6 +50,8 @@ pub struct Supervisor {
 pub struct Spawned {
     pub pid: i32,
     exit: oneshot::Receiver<Exit>,
+    marker: Option<String>,
+    sup: Arc<Supervisor>,
     // Held so std never sees the child dropped as "leaked"; std's Child does
     // nothing on drop, and its own wait is never called.
     _child: Child,
@@ -83,7 +85,7 @@ impl Supervisor {
     }
 
     /// Spawns `cmd` in a new process group and registers it for its exit.
-    pub fn spawn(&self, cmd: &mut Command) -> std::io::Result<Spawned> {
+    pub fn spawn(self: &Arc<Self>, cmd: &mut Command) -> std::io::Result<Spawned> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
         let (tx, rx) = oneshot::channel();
@@ -94,8 +96,20 @@ impl Supervisor {
         Ok(Spawned {
             pid,
             exit: rx,
+            marker: None,
+            sup: Arc::clone(self),
             _child: child,
         })
+    }
+
+    /// The children being waited for: the live calls.
+    pub fn live_pids(&self) -> std::collections::HashSet<i32> {
+        self.waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
     }
 
     fn reap(&self) {
@@ -120,48 +134,149 @@ impl Supervisor {
 }
 
 impl Spawned {
-    /// Waits for the child to exit, or kills its whole process group when
-    /// `timeout` passes first. Dropping the future before it resolves (the
-    /// caller went away) kills the group too, so an abandoned call leaves
+    /// Tags the call so that [`crate::procs::end_call`] can find the
+    /// processes that left its group; the caller sets the same
+    /// `AGENTPLANE_CALL=<token>` on the command.
+    pub fn with_marker(mut self, marker: String) -> Self {
+        self.marker = Some(marker);
+        self
+    }
+
+    /// Waits for the child to exit, or ends the whole call (see
+    /// [`crate::procs`]) when `limits.timeout` passes or the output file
+    /// outgrows `limits.output`. Dropping the future before it resolves (the
+    /// caller went away) ends the call too, so an abandoned call leaves
     /// nothing running.
-    pub async fn wait(self, timeout: Duration) -> Result<Waited, crate::Error> {
+    pub async fn wait(self, limits: Limits) -> Result<Waited, crate::Error> {
         let Spawned {
             pid,
             mut exit,
             _child,
+            marker,
+            sup,
         } = self;
-        let mut guard = KillOnDrop(Some(pid));
-        let res = tokio::time::timeout(timeout, &mut exit).await;
-        let waited = match res {
-            Ok(Ok(exit)) => Waited::Exited(exit),
-            Ok(Err(_)) => return Err(crate::Error::SupervisorGone),
-            Err(_) => {
-                kill_group(pid);
-                match exit.await {
-                    Ok(exit) => Waited::TimedOut(exit),
-                    Err(_) => return Err(crate::Error::SupervisorGone),
-                }
-            }
+        let started = std::time::Instant::now();
+        let mut guard = EndOnDrop {
+            pid: Some(pid),
+            marker: marker.clone(),
+            sup: sup.clone(),
+            started,
         };
-        guard.0 = None;
-        Ok(waited)
+        let over_limit = watch_output(limits.output.as_ref());
+        let reason = tokio::select! {
+            res = &mut exit => {
+                guard.pid = None;
+                return match res {
+                    Ok(exit) => Ok(Waited::Exited(exit)),
+                    Err(_) => Err(crate::Error::SupervisorGone),
+                };
+            }
+            () = tokio::time::sleep(limits.timeout) => Ended::Timeout,
+            cap = over_limit => Ended::OutputLimit(cap),
+        };
+        guard.pid = None;
+        let report = end(pid, marker.as_deref(), &sup, started);
+        match exit.await {
+            Ok(exit) => Ok(Waited::Ended {
+                reason,
+                exit,
+                report,
+            }),
+            Err(_) => Err(crate::Error::SupervisorGone),
+        }
     }
 }
 
-/// The outcome of [`Spawned::wait`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waited {
-    Exited(Exit),
-    /// The deadline passed; the group was killed and this is how the leader ended.
-    TimedOut(Exit),
+/// Resolves (with the cap) once the file grows past it; never without one.
+async fn watch_output(limit: Option<&(std::fs::File, u64)>) -> u64 {
+    let Some((file, cap)) = limit else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(OUTPUT_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if file.metadata().map(|m| m.len() > *cap).unwrap_or(false) {
+            return *cap;
+        }
+    }
 }
 
-struct KillOnDrop(Option<i32>);
+/// How often a running call's output size is checked against its cap.
+const OUTPUT_POLL: Duration = Duration::from_millis(100);
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
+fn end(
+    pid: i32,
+    marker: Option<&str>,
+    sup: &Supervisor,
+    started: std::time::Instant,
+) -> crate::procs::Ended {
+    let mut spared = sup.live_pids();
+    spared.remove(&pid);
+    let since = crate::procs::now_ticks()
+        .saturating_sub(crate::procs::ticks(started.elapsed()))
+        .saturating_sub(1);
+    match marker {
+        Some(m) => crate::procs::end_call(pid, m, since, &spared),
+        None => {
             kill_group(pid);
+            crate::procs::Ended {
+                killed: 1,
+                unattributed: Vec::new(),
+            }
+        }
+    }
+}
+
+/// What a wait may be cut short by.
+#[derive(Debug)]
+pub struct Limits {
+    pub timeout: Duration,
+    /// The call's output file and the most bytes it may hold.
+    pub output: Option<(std::fs::File, u64)>,
+}
+
+impl Limits {
+    pub fn timeout(timeout: Duration) -> Self {
+        Limits {
+            timeout,
+            output: None,
+        }
+    }
+}
+
+/// Why a call was ended before it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Timeout,
+    /// The output passed this many bytes.
+    OutputLimit(u64),
+}
+
+/// The outcome of [`Spawned::wait`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    Exited(Exit),
+    /// The call was ended; `exit` is how its leader died and `report` what
+    /// was killed and what could not be.
+    Ended {
+        reason: Ended,
+        exit: Exit,
+        report: crate::procs::Ended,
+    },
+}
+
+struct EndOnDrop {
+    pid: Option<i32>,
+    marker: Option<String>,
+    sup: Arc<Supervisor>,
+    started: std::time::Instant,
+}
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid {
+            end(pid, self.marker.as_deref(), &self.sup, self.started);
         }
     }
 }

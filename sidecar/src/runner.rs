@@ -9,9 +9,10 @@ use serde::Serialize;
 use toolset::{PermissionPolicy, ResolvedToolset};
 
 use crate::Error;
+use crate::guard::Protected;
 use crate::output::{Output, Spill, finish};
 use crate::reaper::Supervisor;
-use crate::tools::{self, Ctx};
+use crate::tools::{self, CallLimits, Ctx};
 
 /// One tool call as the model sees it. `is_error` marks a tool-level failure
 /// the model can read and recover from; a call that was refused or hit a
@@ -33,9 +34,56 @@ pub struct RunnerConfig {
     pub spill_dir: PathBuf,
     /// The session's resolved built-in toolset.
     pub toolset: ResolvedToolset,
+    /// Bounds that keep a hostile call from exhausting the runner or the node.
+    pub limits: Limits,
+    /// The runner's own files besides its state directory (its socket, the
+    /// toolset file), which the file tools refuse; the state directory, the
+    /// runner's binary and the programs it runs are added by [`Runner::new`].
+    pub protected: Vec<PathBuf>,
+}
+
+/// The runner's bounds, each a command-line flag of `serve`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Calls run at once; one more is refused (`RESOURCE_EXHAUSTED`).
+    pub max_concurrent_calls: usize,
+    pub call: CallLimits,
+    pub spill_max_files: usize,
+    pub spill_max_bytes: u64,
+}
+
+/// Default of [`Limits::max_concurrent_calls`].
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+            call: CallLimits::default(),
+            spill_max_files: crate::output::DEFAULT_SPILL_MAX_FILES,
+            spill_max_bytes: crate::output::DEFAULT_SPILL_MAX_BYTES,
+        }
+    }
 }
 
 impl RunnerConfig {
+    /// A configuration with the default limits and nothing extra protected.
+    pub fn new(
+        workdir: PathBuf,
+        state_dir: PathBuf,
+        spill_dir: PathBuf,
+        toolset: ResolvedToolset,
+    ) -> Self {
+        RunnerConfig {
+            workdir,
+            state_dir,
+            spill_dir,
+            toolset,
+            limits: Limits::default(),
+            protected: Vec::new(),
+        }
+    }
+
     /// The default state directory for a session: per session, so two
     /// sessions sharing a filesystem never share a shell.
     pub fn default_state_dir(session: &str) -> PathBuf {
@@ -63,11 +111,14 @@ struct Inner {
     toolset: std::sync::RwLock<Arc<ResolvedToolset>>,
     /// When the last call started or ended, for the idle timeout.
     last_activity: std::sync::Mutex<Instant>,
+    /// One permit per call being run.
+    slots: Arc<tokio::sync::Semaphore>,
+    max_concurrent_calls: usize,
 }
 
 impl Runner {
-    /// Prepares the state directories and starts the process supervisor.
-    /// Must be called inside a tokio runtime.
+    /// Prepares the state directories, finds the programs the tools run and
+    /// starts the process supervisor. Must be called inside a tokio runtime.
     pub fn new(config: RunnerConfig) -> Result<Runner, Error> {
         let workdir = std::path::absolute(&config.workdir)
             .map_err(|e| Error::io(format!("workdir {}", config.workdir.display()), e))?;
@@ -85,28 +136,40 @@ impl Runner {
             .map_err(|e| Error::io(format!("state dir {}", config.state_dir.display()), e))?;
         let spill_dir = std::path::absolute(&config.spill_dir)
             .map_err(|e| Error::io(format!("spill dir {}", config.spill_dir.display()), e))?;
-        let calls_dir = state_dir.join("calls");
-        std::fs::create_dir_all(&calls_dir)
-            .map_err(|e| Error::io(format!("cannot create {}", calls_dir.display()), e))?;
-        // Working files of calls a previous runner did not finish.
-        if let Ok(entries) = std::fs::read_dir(&calls_dir) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
+        if config.limits.max_concurrent_calls == 0 {
+            return Err(Error::Usage(
+                "--max-concurrent-calls must be at least 1".into(),
+            ));
         }
+        std::fs::create_dir_all(&state_dir)
+            .map_err(|e| Error::io(format!("cannot create {}", state_dir.display()), e))?;
+        // Resolved once, before any tool runs and before the supervisor
+        // reaps children (the probe waits for its own).
+        let grep = tools::grep::probe();
+        let protected = protected_paths(&state_dir, &config.protected, &grep);
         let supervisor = Supervisor::start()
             .map_err(|e| Error::io("cannot watch for child processes (SIGCHLD)", e))?;
+        let ctx = Ctx::new(
+            workdir,
+            &state_dir,
+            supervisor,
+            grep,
+            protected,
+            config.limits.call,
+        )?;
+        let limits = config.limits;
         Ok(Runner {
             inner: Arc::new(Inner {
-                ctx: Ctx::new(
-                    workdir,
-                    state_dir.join("shell.snapshot"),
-                    calls_dir,
-                    supervisor,
-                ),
-                spill: Spill { dir: spill_dir },
+                ctx,
+                spill: Spill {
+                    dir: spill_dir,
+                    max_files: limits.spill_max_files,
+                    max_bytes: limits.spill_max_bytes,
+                },
                 toolset: std::sync::RwLock::new(Arc::new(config.toolset)),
                 last_activity: std::sync::Mutex::new(Instant::now()),
+                slots: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_calls)),
+                max_concurrent_calls: limits.max_concurrent_calls,
             }),
         })
     }
@@ -161,6 +224,15 @@ impl Runner {
         confirmed: bool,
     ) -> Result<ToolResult, Error> {
         let started = Instant::now();
+        // Refused rather than queued: a queue would hold the request (and the
+        // executor's lease) with no bound, where a refusal says what to do.
+        let Ok(_slot) = Arc::clone(&self.inner.slots).try_acquire_owned() else {
+            let res = Err(Error::Busy {
+                limit: self.inner.max_concurrent_calls,
+            });
+            crate::telemetry::record_run(name, started.elapsed(), &res);
+            return res;
+        };
         self.touch();
         let res = self.run_inner(id, name, input, confirmed).await;
         self.touch();
@@ -268,4 +340,28 @@ pub fn gate(
         }),
         Some(_) => Ok(None),
     }
+}
+
+/// The runner's own files: its state, the paths the caller names (socket,
+/// toolset file), its binary, and the programs it executes.
+fn protected_paths(
+    state_dir: &std::path::Path,
+    extra: &[PathBuf],
+    grep: &tools::grep::GrepBinary,
+) -> Protected {
+    let mut p = Protected::default().tree(state_dir, "the runner's state directory");
+    for path in extra {
+        p = p.file(path, "one of the runner's own files");
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        p = p.file(&exe, "the runner's binary");
+    }
+    p = p.file(
+        std::path::Path::new(tools::BASH),
+        "the shell the runner executes",
+    );
+    if let tools::grep::GrepBinary::Found { path, .. } = grep {
+        p = p.file(path, "the grep the runner executes");
+    }
+    p
 }

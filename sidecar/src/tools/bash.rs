@@ -12,16 +12,16 @@
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Ctx, parse};
+use super::{BASH, Ctx, parse};
 use crate::Error;
 use crate::output::{Body, Output};
-use crate::reaper::{Exit, Waited, group_alive, kill_group};
+use crate::procs::MARKER_VAR;
+use crate::reaper::{Ended, Exit, Limits, Waited, group_alive, kill_group};
 
 #[derive(Deserialize)]
 struct Input {
@@ -31,21 +31,29 @@ struct Input {
     timeout_ms: Option<i64>,
 }
 
-/// The program each call runs. `$1` is the snapshot to source, `$2` where to
-/// write the next one, `$3` the command. The snapshot is restored with its
-/// errors silenced: a readonly variable bash set itself (SHELLOPTS, when
-/// exported) cannot be re-declared and that is not the model's business.
-/// The save runs both as an epilogue and from the EXIT trap, so a command
-/// that calls `exit` or replaces the trap still leaves a snapshot behind.
-const WRAPPER: &str = r#"__agent_snap=$1 __agent_next=$2 __agent_cmd=$3
+/// The program each call runs. Standard input holds the session's snapshot
+/// (verified by the runner, see [`crate::snapshot`]), which is read and
+/// evaluated first, then replaced by /dev/null for the command. `$1` is where
+/// to write the next snapshot, `$2` the command. The snapshot is restored
+/// with its errors silenced: a readonly variable bash set itself (SHELLOPTS,
+/// when exported) cannot be re-declared and that is not the model's business.
+/// The save runs as an epilogue, and from the EXIT trap when the command
+/// calls `exit` or the shell dies of an error; the call marker is never
+/// saved, so a later call's processes never carry an earlier call's marker.
+const WRAPPER: &str = r#"__agent_next=$1 __agent_cmd=$2
 set --
-if [[ -f $__agent_snap ]]; then . "$__agent_snap" 2>/dev/null; fi
+IFS= read -r -d '' __agent_snap
+eval "$__agent_snap" 2>/dev/null
+unset __agent_snap
+exec 0</dev/null
 __agent_save() {
+  export -n AGENTPLANE_CALL 2>/dev/null
   { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null
 }
 trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
 eval "$__agent_cmd"
 __agent_rc=$?
+trap - EXIT
 __agent_save
 exit $__agent_rc
 "#;
@@ -94,7 +102,9 @@ fn timeout(ms: Option<i64>) -> Result<Duration, Output> {
     }
 }
 
-/// Forgets the shell state and ends what earlier calls left running.
+/// Forgets the shell state and ends what earlier calls left running: their
+/// process groups, and everything that carries a call marker (a job that
+/// left its group with `setsid`), except calls still running.
 fn restart(ctx: &Ctx) -> Result<(), Error> {
     let groups: Vec<i32> = {
         let mut g = ctx
@@ -106,17 +116,19 @@ fn restart(ctx: &Ctx) -> Result<(), Error> {
     for pgid in groups {
         kill_group(pgid);
     }
-    match fs::remove_file(&ctx.snapshot) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(
+    crate::procs::end_all_calls(
+        &format!("{MARKER_VAR}={}.", ctx.instance),
+        &ctx.supervisor.live_pids(),
+    );
+    ctx.snapshot.clear().map_err(|e| {
+        Error::io(
             format!(
                 "bash: cannot remove the shell snapshot {}",
-                ctx.snapshot.display()
+                ctx.snapshot.path().display()
             ),
             e,
-        )),
-    }
+        )
+    })
 }
 
 async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<Output, Error> {
@@ -131,41 +143,52 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
     let err = out
         .try_clone()
         .map_err(|e| Error::io("bash: cannot duplicate the output file", e))?;
+    let watched = out
+        .try_clone()
+        .map_err(|e| Error::io("bash: cannot duplicate the output file", e))?;
+    let loaded = ctx.snapshot.load();
+    let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
 
-    let mut cmd = Command::new("/bin/bash");
+    let mut cmd = Command::new(BASH);
     cmd.args(["--noprofile", "--norc", "-c", WRAPPER, "agent-bash"])
-        .arg(&ctx.snapshot)
         .arg(&next_snapshot)
         .arg(command)
         .current_dir(&ctx.workdir)
-        .stdin(Stdio::null())
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
-    if ctx.snapshot.exists() {
-        // The snapshot *is* the environment: starting empty is what lets an
-        // `unset` in an earlier call stick.
-        cmd.env_clear();
-    } else {
-        for (k, _) in std::env::vars_os() {
-            if let Some(k) = k.to_str()
-                && SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
-            {
-                cmd.env_remove(k);
+    match loaded.stdin {
+        Some(snapshot) => {
+            // The snapshot *is* the environment: starting empty is what lets
+            // an `unset` in an earlier call stick.
+            cmd.env_clear().stdin(Stdio::from(snapshot));
+        }
+        None => {
+            cmd.stdin(Stdio::null());
+            for (k, _) in std::env::vars_os() {
+                if let Some(k) = k.to_str()
+                    && SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
+                {
+                    cmd.env_remove(k);
+                }
             }
         }
     }
+    cmd.env(MARKER_VAR, &marker);
     let spawned = match ctx.supervisor.spawn(&mut cmd) {
-        Ok(s) => s,
+        Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
         Err(e) => {
             let _ = fs::remove_file(&out_path);
-            return Err(Error::io("bash: cannot start /bin/bash", e));
+            return Err(Error::io(format!("bash: cannot start {BASH}"), e));
         }
     };
     let pgid = spawned.pid;
     remember_group(ctx, pgid);
 
-    let waited = spawned.wait(timeout).await;
-    let waited = match waited {
+    let limits = Limits {
+        timeout,
+        output: Some((watched, ctx.limits.max_output_bytes)),
+    };
+    let waited = match spawned.wait(limits).await {
         Ok(w) => w,
         Err(e) => {
             let _ = fs::remove_file(&out_path);
@@ -173,32 +196,47 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
             return Err(e);
         }
     };
-    let (trailer, is_error) = match waited {
+    let mut trailer = String::new();
+    if let Some(notice) = loaded.notice {
+        trailer.push('\n');
+        trailer.push_str(&notice);
+    }
+    let is_error = match waited {
         Waited::Exited(exit) => {
-            install_snapshot(&next_snapshot, &ctx.snapshot);
+            if let Some(notice) = ctx.snapshot.install(&next_snapshot) {
+                trailer.push('\n');
+                trailer.push_str(&notice);
+            }
             match exit {
-                Exit::Code(0) => (String::new(), false),
-                Exit::Code(c) => (format!("\nexit code: {c}"), true),
-                Exit::Signal(s) => (
-                    format!(
+                Exit::Code(0) => false,
+                Exit::Code(c) => {
+                    trailer.push_str(&format!("\nexit code: {c}"));
+                    true
+                }
+                Exit::Signal(s) => {
+                    trailer.push_str(&format!(
                         "\nexit code: {} (bash was killed by signal {s})",
                         exit.code()
-                    ),
-                    true,
-                ),
+                    ));
+                    true
+                }
             }
         }
-        Waited::TimedOut(_) => {
+        Waited::Ended { reason, report, .. } => {
             let _ = fs::remove_file(&next_snapshot);
             // The group is dead; there is nothing left for restart to end.
             forget_group(ctx, pgid);
-            (
-                format!(
-                    "\ntimed out after {}ms: the command and every process it started were killed; the shell state is as it was before this call",
-                    timeout.as_millis()
-                ),
-                true,
-            )
+            let why = match reason {
+                Ended::Timeout => format!("timed out after {}ms", timeout.as_millis()),
+                Ended::OutputLimit(cap) => {
+                    format!("stopped: the output passed {cap} bytes, the most one call may write")
+                }
+            };
+            trailer.push_str(&format!(
+                "\n{why}: {}; the shell state is as it was before this call",
+                report.describe()
+            ));
+            true
         }
     };
     Ok(Output {
@@ -206,26 +244,6 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
         trailer,
         is_error,
     })
-}
-
-/// Makes `next` the session's snapshot. Last writer wins between concurrent
-/// calls, as it would in one shell. Most calls change no state, and then the
-/// old snapshot is kept: renaming over an existing file makes ext4 start
-/// writeback (auto_da_alloc), which would cost every `bash` call a flush.
-fn install_snapshot(next: &Path, current: &Path) {
-    if same_contents(next, current) || fs::rename(next, current).is_err() {
-        let _ = fs::remove_file(next);
-    }
-}
-
-fn same_contents(a: &Path, b: &Path) -> bool {
-    const MAX_COMPARED: u64 = 1 << 20;
-    match (fs::metadata(a), fs::metadata(b)) {
-        (Ok(ma), Ok(mb)) if ma.len() == mb.len() && ma.len() <= MAX_COMPARED => {
-            matches!((fs::read(a), fs::read(b)), (Ok(x), Ok(y)) if x == y)
-        }
-        _ => false,
-    }
 }
 
 fn remember_group(ctx: &Ctx, pgid: i32) {

@@ -3,9 +3,13 @@
 use serde::Deserialize;
 
 use super::{Ctx, parse, required};
-use crate::fsutil::{atomic_write, describe, looks_binary, read_all};
+use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
 use crate::tools::read::MAX_FILE_BYTES;
+
+/// The largest file an edit may produce: sixteen times what it may read,
+/// room for any real edit, and a bound on the memory a `replace_all` takes.
+pub const MAX_EDIT_RESULT_BYTES: u64 = 16 * MAX_FILE_BYTES;
 
 #[derive(Deserialize)]
 struct Input {
@@ -33,27 +37,39 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let Some(new) = input.new_string.as_deref() else {
         return Output::error("edit: new_string is required");
     };
-    let path = ctx.resolve(file_path);
-    let meta = match std::fs::metadata(&path) {
-        Ok(m) => m,
-        Err(e) => return Output::error(format!("edit {file_path}: {}", describe(&e))),
+    let (path, key) = match ctx.target("edit", file_path) {
+        Ok(t) => t,
+        Err(out) => return out,
     };
-    if meta.is_dir() {
-        return Output::error(format!("edit {file_path}: is a directory"));
-    }
-    if !meta.is_file() {
-        return Output::error(format!("edit: {file_path} is not a regular file"));
-    }
+    // Read, replace and rename as one step per file: a concurrent edit of
+    // the same file waits instead of overwriting this one with stale text.
+    let _held = ctx.locks.lock(key);
+    let (mut file, meta) = match open_regular(&path) {
+        Ok(f) => f,
+        Err(OpenError::Directory) => {
+            return Output::error(format!("edit {file_path}: is a directory"));
+        }
+        Err(OpenError::NotRegular(kind)) => {
+            return Output::error(format!("edit: {file_path} is {kind}, not a regular file"));
+        }
+        Err(OpenError::Io(e)) => {
+            return Output::error(format!("edit {file_path}: {}", describe(&e)));
+        }
+    };
+    let too_big = |size: &str| {
+        Output::error(format!(
+            "edit: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file."
+        ))
+    };
     if meta.len() > MAX_FILE_BYTES {
-        return Output::error(format!(
-            "edit: {file_path} is {} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file.",
-            meta.len()
-        ));
+        return too_big(&meta.len().to_string());
     }
-    let data = match read_all(&path, meta.len()) {
-        Ok(d) => d,
+    let data = match read_capped(&mut file, meta.len(), MAX_FILE_BYTES) {
+        Ok((_, true)) => return too_big("more than"),
+        Ok((d, false)) => d,
         Err(e) => return Output::error(format!("edit {file_path}: {}", describe(&e))),
     };
+    drop(file);
     if looks_binary(&data) {
         return Output::error(format!(
             "edit: {file_path} is a binary file (it contains NUL bytes); modify it with bash"
@@ -75,8 +91,20 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
             "edit: old_string appears {count} times in {file_path} (must be unique, or set replace_all)"
         ));
     }
+    // Bounded before it is built: a short old_string replaced by a long
+    // new_string everywhere can ask for gigabytes.
+    let grown = (new.len() as u64).saturating_sub(old.len() as u64);
+    let shrunk = (old.len() as u64).saturating_sub(new.len() as u64);
+    let result_len = (content.len() as u64)
+        .saturating_add(grown.saturating_mul(count as u64))
+        .saturating_sub(shrunk.saturating_mul(count as u64));
+    if result_len > MAX_EDIT_RESULT_BYTES {
+        return Output::error(format!(
+            "edit: the result would be {result_len} bytes, over the {MAX_EDIT_RESULT_BYTES}-byte limit of an edit; write the file with write or bash instead"
+        ));
+    }
     let updated = content.replace(old, new);
-    if let Err(e) = atomic_write(&path, updated.as_bytes()) {
+    if let Err(e) = atomic_write(&path, updated.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("edit {file_path}: {}", describe(&e)));
     }
     Output::ok(format!("edited {file_path} ({count} replacement(s))"))

@@ -14,7 +14,7 @@ use super::{Ctx, look_path, parse, required};
 use crate::Error;
 use crate::fsutil::describe;
 use crate::output::{Body, Output};
-use crate::reaper::{Exit, Waited};
+use crate::reaper::{Ended, Exit, Limits, Waited};
 
 /// Most of grep's stderr quoted back in an error.
 const STDERR_LIMIT: usize = 4 << 10;
@@ -50,8 +50,7 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
     if let Err(e) = fs::metadata(&target) {
         return Ok(Output::error(format!("grep {shown}: {}", describe(&e))));
     }
-    let binary = ctx.grep.get_or_init(|| probe(ctx)).await.clone();
-    let GrepBinary::Found { path: grep, pcre } = binary else {
+    let GrepBinary::Found { path: grep, pcre } = ctx.grep.clone() else {
         return Ok(Output::error(
             "grep: no grep program found on the sandbox's PATH; search with bash instead",
         ));
@@ -68,6 +67,13 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
             .map_err(|e| Error::io(format!("grep: cannot create {}", p.display()), e))
     };
     let out = open(&out_path)?;
+    let watched = match out.try_clone() {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = fs::remove_file(&out_path);
+            return Err(Error::io("grep: cannot duplicate the output file", e));
+        }
+    };
     let err = match open(&err_path) {
         Ok(f) => f,
         Err(e) => {
@@ -111,7 +117,11 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
             )));
         }
     };
-    let waited = match spawned.wait(toolset::DEFAULT_TIMEOUT).await {
+    let limits = Limits {
+        timeout: toolset::DEFAULT_TIMEOUT,
+        output: Some((watched, ctx.limits.max_output_bytes)),
+    };
+    let waited = match spawned.wait(limits).await {
         Ok(w) => w,
         Err(e) => {
             cleanup(false);
@@ -127,11 +137,23 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
         .map(|m| m.len() > 0)
         .unwrap_or(false);
     let result = match waited {
-        Waited::TimedOut(_) => {
+        Waited::Ended {
+            reason: Ended::Timeout,
+            ..
+        } => {
             cleanup(false);
             Output::error(format!(
                 "grep: timed out after {}ms; narrow the path or the pattern",
                 timeout_ms(toolset::DEFAULT_TIMEOUT)
+            ))
+        }
+        Waited::Ended {
+            reason: Ended::OutputLimit(cap),
+            ..
+        } => {
+            cleanup(false);
+            Output::error(format!(
+                "grep: stopped after {cap} bytes of matches, the most one call may produce; narrow the path or the pattern"
             ))
         }
         Waited::Exited(Exit::Code(0)) => {
@@ -181,24 +203,38 @@ fn timeout_ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
-/// Finds grep and asks it once whether it has PCRE (`grep -P '' /dev/null`
-/// exits 1, "no match", when it does and 2 when it was built without).
-async fn probe(ctx: &Ctx) -> GrepBinary {
+/// Finds grep on PATH and asks it once whether it has PCRE (`grep -P ''
+/// /dev/null` exits 1, "no match", when it does and 2 when it was built
+/// without). Runs at start-up, before the supervisor reaps children, so it
+/// waits for its own child; a grep that does not answer within the probe's
+/// bound is taken as having no PCRE.
+pub fn probe() -> GrepBinary {
     let Some(path) = look_path("grep") else {
         return GrepBinary::Missing;
     };
-    let mut cmd = Command::new(&path);
-    cmd.args(["-P", "", "/dev/null"])
+    let pcre = Command::new(&path)
+        .args(["-P", "", "/dev/null"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let pcre = match ctx.supervisor.spawn(&mut cmd) {
-        Ok(s) => matches!(
-            s.wait(Duration::from_secs(10)).await,
-            Ok(Waited::Exited(Exit::Code(0 | 1)))
-        ),
-        Err(_) => false,
-    };
+        .stderr(Stdio::null())
+        .spawn()
+        .map(|mut child| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => return matches!(status.code(), Some(0 | 1)),
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return false;
+                    }
+                }
+            }
+        })
+        .unwrap_or(false);
     tracing::info!(grep = %path.display(), pcre, "grep probed");
     GrepBinary::Found { path, pcre }
 }

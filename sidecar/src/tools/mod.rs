@@ -10,59 +10,152 @@ pub mod read;
 pub mod write;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 
+use crate::Error;
+use crate::fsutil::{Journal, PathLocks};
+use crate::guard::Protected;
 use crate::output::Output;
 use crate::reaper::Supervisor;
+use crate::snapshot::Snapshot;
 
 /// What the tools share for the life of a runner.
 #[derive(Debug)]
 pub struct Ctx {
     /// Absolute; relative tool paths resolve against it.
     pub workdir: PathBuf,
-    /// bash's snapshot file: the session's shell state between calls.
-    pub snapshot: PathBuf,
+    /// bash's state between calls, verified before each use.
+    pub snapshot: Snapshot,
     /// Per-call working files (output, next snapshot).
     pub calls_dir: PathBuf,
     pub supervisor: Arc<Supervisor>,
     seq: AtomicU64,
+    /// Names this runner process in call markers, so `restart` ends only its
+    /// own calls' processes even where several runners share a machine.
+    pub instance: String,
     /// Process groups of bash calls that may still have background jobs, so
     /// `restart` can end them as the reference's shell restart does.
     pub bash_groups: Mutex<HashSet<i32>>,
-    pub grep: tokio::sync::OnceCell<grep::GrepBinary>,
+    /// The grep the sandbox has, found and probed once at start-up so that a
+    /// file written later into a PATH directory is never run in its place.
+    pub grep: grep::GrepBinary,
+    /// The runner's own files, which the file tools refuse.
+    pub protected: Protected,
+    /// One call at a time per file for write and edit.
+    pub locks: PathLocks,
+    /// Temporary files of writes in flight, swept at start-up.
+    pub journal: Journal,
+    pub limits: CallLimits,
 }
 
+/// Bounds on what one call may consume.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    /// Most bytes of output a bash or grep call may produce (on disk; the
+    /// model sees 100 KiB of it). Past it the call is ended.
+    pub max_output_bytes: u64,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        CallLimits {
+            max_output_bytes: DEFAULT_MAX_CALL_OUTPUT_BYTES,
+        }
+    }
+}
+
+/// The default of [`CallLimits::max_output_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_CALL_OUTPUT_BYTES: u64 = 1 << 30;
+
+/// The shell every bash call runs; the sandbox image must have it.
+pub const BASH: &str = "/bin/bash";
+
 impl Ctx {
+    /// Sets up the state directory: the calls directory emptied of what a
+    /// previous runner did not finish, the snapshot, and the write journal,
+    /// whose leftover temporary files are swept.
     pub fn new(
         workdir: PathBuf,
-        snapshot: PathBuf,
-        calls_dir: PathBuf,
+        state_dir: &Path,
         supervisor: Arc<Supervisor>,
-    ) -> Self {
-        Ctx {
+        grep: grep::GrepBinary,
+        protected: Protected,
+        limits: CallLimits,
+    ) -> Result<Self, Error> {
+        let calls_dir = state_dir.join("calls");
+        std::fs::create_dir_all(&calls_dir)
+            .map_err(|e| Error::io(format!("cannot create {}", calls_dir.display()), e))?;
+        if let Ok(entries) = std::fs::read_dir(&calls_dir) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let journal_path = state_dir.join("writes.journal");
+        let journal = Journal::open(journal_path.clone())
+            .map_err(|e| Error::io(format!("cannot open {}", journal_path.display()), e))?;
+        let swept = journal.sweep();
+        if swept > 0 {
+            tracing::info!(
+                files = swept,
+                "removed temporary files of interrupted writes"
+            );
+        }
+        Ok(Ctx {
             workdir,
-            snapshot,
+            snapshot: Snapshot::open(state_dir.join("shell.snapshot")),
             calls_dir,
             supervisor,
             seq: AtomicU64::new(0),
+            instance: instance_id(),
             bash_groups: Mutex::new(HashSet::new()),
-            grep: tokio::sync::OnceCell::new(),
-        }
+            grep,
+            protected,
+            locks: PathLocks::default(),
+            journal,
+            limits,
+        })
     }
 
     /// A per-call working file, unique even when two calls share an id.
     pub fn call_file(&self, id: &str, ext: &str) -> PathBuf {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let n = self.next_seq();
         self.calls_dir.join(format!("{n}.{id}.{ext}"))
+    }
+
+    /// A number no other call of this runner gets.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn resolve(&self, p: &str) -> PathBuf {
         crate::fsutil::resolve(&self.workdir, p)
     }
+
+    /// Resolves a file tool's path and refuses the runner's own files.
+    /// Returns the path as resolved and with symlinks resolved (the key
+    /// under which calls on one file are serialised).
+    pub fn target(&self, tool: &str, shown: &str) -> Result<(PathBuf, PathBuf), Output> {
+        let path = self.resolve(shown);
+        let canonical = crate::fsutil::canonical(&path);
+        match self.protected.check(&canonical) {
+            Some(what) => Err(Output::error(Protected::refusal(tool, shown, what))),
+            None => Ok((path, canonical)),
+        }
+    }
+}
+
+/// The pid and the start instant's low bits: unique among the runners alive
+/// on one machine, and unlike the pid alone, not reused by a restarted runner.
+fn instance_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos:x}", std::process::id())
 }
 
 /// Decodes a tool's input the way the reference does (unknown fields are

@@ -2,12 +2,13 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
 
 use serde::Deserialize;
 
 use super::{Ctx, parse, required};
-use crate::fsutil::{BINARY_SNIFF_BYTES, describe, looks_binary, read_all};
+use crate::fsutil::{
+    BINARY_SNIFF_BYTES, OpenError, describe, looks_binary, open_regular, read_capped,
+};
 use crate::output::Output;
 
 /// Largest file read (and edit) loads whole: the reference's cap.
@@ -37,23 +38,22 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         Some(&[start, end]) => Some((start, end)),
         Some(_) => return Output::error("read: view_range must be [start_line, end_line]"),
     };
-    let path = ctx.resolve(file_path);
-    // Stat before open: a FIFO or device would block open() or never end.
-    let meta = match std::fs::metadata(&path) {
-        Ok(m) => m,
-        Err(e) => return Output::error(format!("read {file_path}: {}", describe(&e))),
+    let (path, _) = match ctx.target("read", file_path) {
+        Ok(t) => t,
+        Err(out) => return out,
     };
-    if meta.is_dir() {
-        return Output::error(format!(
-            "read: {file_path} is a directory, not a file; list it with glob or bash ls"
-        ));
-    }
-    if !meta.is_file() {
-        return Output::error(format!("read: {file_path} is not a regular file"));
-    }
+    let (file, meta) = match open_regular(&path) {
+        Ok(f) => f,
+        Err(OpenError::Directory) => {
+            return Output::error(format!(
+                "read: {file_path} is a directory, not a file; list it with glob or bash ls"
+            ));
+        }
+        Err(e) => return Output::error(format!("read {file_path}: {}", e.describe())),
+    };
     match range {
-        None => whole(&path, file_path, meta.len()),
-        Some((start, end)) => ranged(&path, file_path, start, end),
+        None => whole(file, file_path, meta.len()),
+        Some((start, end)) => ranged(file, file_path, meta.len(), start, end),
     }
 }
 
@@ -63,14 +63,16 @@ fn binary_error(file_path: &str) -> Output {
     ))
 }
 
-fn whole(path: &Path, file_path: &str, size: u64) -> Output {
+/// The whole file, if it is within the cap. The stated size is checked
+/// first, for the reference's message; the read itself stops one byte past
+/// the cap whatever the size said, for files whose size lies (`/proc`).
+fn whole(mut file: File, file_path: &str, size: u64) -> Output {
     if size > MAX_FILE_BYTES {
-        return Output::error(format!(
-            "read: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
-        ));
+        return too_big(file_path, &size.to_string());
     }
-    let data = match read_all(path, size) {
-        Ok(d) => d,
+    let data = match read_capped(&mut file, size, MAX_FILE_BYTES) {
+        Ok((_, true)) => return too_big(file_path, "more than"),
+        Ok((d, false)) => d,
         Err(e) => return Output::error(format!("read {file_path}: {}", describe(&e))),
     };
     if looks_binary(&data) {
@@ -79,18 +81,32 @@ fn whole(path: &Path, file_path: &str, size: u64) -> Output {
     Output::ok(String::from_utf8_lossy(&data).into_owned())
 }
 
+fn too_big(file_path: &str, size: &str) -> Output {
+    Output::error(format!(
+        "read: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
+    ))
+}
+
+/// How far a `view_range` read scans: the file's stated size, or for a file
+/// that states none (a `/proc` or `/sys` file, which may be endless) the
+/// whole-file cap.
+fn scan_limit(size: u64) -> u64 {
+    if size == 0 { MAX_FILE_BYTES } else { size }
+}
+
 /// Lines `start..=end` (1-based; `end` <= 0 or past the end means "to the
 /// end"), streamed so a range of a file over the whole-file cap still works.
 /// Selection follows the reference, which splits the file on "\n" (so a
 /// trailing newline is followed by one empty last line) and joins the
 /// selected lines with "\n": a start past the end, or an inverted range,
 /// selects nothing.
-fn ranged(path: &Path, file_path: &str, start: i64, end: i64) -> Output {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) => return Output::error(format!("read {file_path}: {}", describe(&e))),
-    };
-    let mut reader = BufReader::with_capacity(BINARY_SNIFF_BYTES.max(64 << 10), f);
+fn ranged(file: File, file_path: &str, size: u64, start: i64, end: i64) -> Output {
+    // Never past what the file was when opened: a file still being appended
+    // to, or one whose size lies, cannot keep the call reading forever.
+    let mut reader = BufReader::with_capacity(
+        BINARY_SNIFF_BYTES.max(64 << 10),
+        file.take(scan_limit(size)),
+    );
     match reader.fill_buf() {
         Ok(head) if looks_binary(head) => return binary_error(file_path),
         Ok(_) => {}

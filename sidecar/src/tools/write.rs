@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::{Ctx, parse, required};
-use crate::fsutil::{atomic_write, describe};
+use crate::fsutil::{atomic_write, describe, special_kind};
 use crate::output::Output;
 
 #[derive(Deserialize)]
@@ -25,13 +25,17 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let Some(content) = input.content.as_deref() else {
         return Output::error("write: content is required");
     };
-    let path = ctx.resolve(file_path);
+    let (path, key) = match ctx.target("write", file_path) {
+        Ok(t) => t,
+        Err(out) => return out,
+    };
+    let _held = ctx.locks.lock(key);
     if let Ok(meta) = std::fs::metadata(&path) {
         if meta.is_dir() {
             return Output::error(format!("write {file_path}: is a directory"));
         }
-        if !meta.is_file() {
-            return Output::error(format!("write: {file_path} is not a regular file"));
+        if let Some(kind) = special_kind(&meta) {
+            return Output::error(format!("write: {file_path} is {kind}, not a regular file"));
         }
     }
     if let Some(dir) = path.parent()
@@ -40,7 +44,7 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     {
         return Output::error(format!("write {file_path}: mkdir: {}", describe(&e)));
     }
-    if let Err(e) = atomic_write(&path, content.as_bytes()) {
+    if let Err(e) = atomic_write(&path, content.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("write {file_path}: {}", describe(&e)));
     }
     Output::ok(format!("wrote {} bytes to {file_path}", content.len()))
