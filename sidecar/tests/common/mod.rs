@@ -19,8 +19,16 @@ pub struct Sidecar {
     pub state: PathBuf,
     pub spill: PathBuf,
     pub extra: Vec<String>,
+    /// Address-space limit the binary runs under (`prlimit --as`), so that a
+    /// regression that reads without bound fails the test instead of taking
+    /// the machine down.
+    pub limit_as: Option<u64>,
     _dir: Option<tempfile::TempDir>,
 }
+
+/// The address-space limit hostile tests run the runner under: generous
+/// for its threads' reserved stacks and arenas, far below the machine.
+pub const HOSTILE_AS_LIMIT: u64 = 1 << 30;
 
 impl Sidecar {
     /// A runner on a fresh temp dir, with the default toolset.
@@ -29,6 +37,11 @@ impl Sidecar {
     }
 
     pub async fn start_with(extra: &[&str]) -> Sidecar {
+        Self::start_limited(extra, None).await
+    }
+
+    /// A runner under an address-space limit.
+    pub async fn start_limited(extra: &[&str], limit_as: Option<u64>) -> Sidecar {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().to_path_buf();
         let workdir = root.join("work");
@@ -41,6 +54,7 @@ impl Sidecar {
             spill: root.join("spill"),
             root,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            limit_as,
             _dir: Some(dir),
         };
         s.spawn().await;
@@ -49,7 +63,16 @@ impl Sidecar {
 
     /// (Re)starts the binary on the same directories.
     pub async fn spawn(&mut self) {
-        let child = Command::new(BIN)
+        let mut cmd = match self.limit_as {
+            Some(bytes) => {
+                // prlimit execs the runner: the pid is the runner's.
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--as={bytes}")).arg("--").arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = cmd
             .arg("serve")
             .arg("--socket")
             .arg(&self.socket)
