@@ -127,7 +127,7 @@ async fn a_file_swapped_for_a_fifo_mid_call_never_blocks_a_worker() {
             }
         })
     };
-    for i in 0..200 {
+    for i in 0u32..200 {
         let (tool, input) = if i.is_multiple_of(2) {
             ("read", json!({"file_path": "target"}))
         } else {
