@@ -120,7 +120,11 @@ async fn a_file_swapped_for_a_fifo_mid_call_never_blocks_a_worker() {
         std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 2_000_000 {
-                let from = if n.is_multiple_of(2) { "regular" } else { "fifo" };
+                let from = if n.is_multiple_of(2) {
+                    "regular"
+                } else {
+                    "fifo"
+                };
                 let _ = std::fs::hard_link(dir.join(from), dir.join("target.tmp"));
                 let _ = std::fs::rename(dir.join("target.tmp"), dir.join("target"));
                 n += 1;

@@ -56,16 +56,18 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
             return Output::error(format!("edit {file_path}: {}", describe(&e)));
         }
     };
-    let too_big = |size: &str| {
-        Output::error(format!(
-            "edit: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file."
-        ))
-    };
     if meta.len() > MAX_FILE_BYTES {
-        return too_big(&meta.len().to_string());
+        return Output::error(format!(
+            "edit: {file_path} is {} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file.",
+            meta.len()
+        ));
     }
     let data = match read_capped(&mut file, meta.len(), MAX_FILE_BYTES) {
-        Ok((_, true)) => return too_big("more than"),
+        Ok((_, true)) => {
+            return Output::error(format!(
+                "edit: {file_path} holds more than the {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file."
+            ));
+        }
         Ok((d, false)) => d,
         Err(e) => return Output::error(format!("edit {file_path}: {}", describe(&e))),
     };

@@ -1,6 +1,6 @@
 //! glob: paths matching a pattern (`**` spans directories), newest first.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use globset::GlobBuilder;
@@ -8,13 +8,16 @@ use serde::Deserialize;
 use walkdir::WalkDir;
 
 use super::{Ctx, parse, required};
-use crate::fsutil::describe;
+use crate::fsutil::{describe, lexical_clean};
 use crate::output::Output;
 
 /// Most paths returned (the reference's limit).
 pub use toolset::GLOB_RESULT_LIMIT as RESULT_LIMIT;
 /// Most entries visited, so a pattern over a huge tree cannot stall the call.
 pub const WALK_LIMIT: usize = 50_000;
+/// Longest a walk may take, so a tree on a slow filesystem cannot hold a
+/// worker for the length of a bash call. A walk cut short says so.
+pub const WALK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Deserialize)]
 struct Input {
@@ -51,15 +54,23 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         Ok(p) => p,
         Err(e) => return Output::error(format!("glob: invalid pattern {pattern:?}: {e}")),
     };
-    let mut hits = plan.walk();
+    let (mut hits, timed_out) = plan.walk(std::time::Instant::now() + WALK_DEADLINE);
+    let notice = if timed_out {
+        format!(
+            "\n[glob stopped after {} s of walking; the matches are from the part of the tree it reached]",
+            WALK_DEADLINE.as_secs()
+        )
+    } else {
+        String::new()
+    };
     if hits.is_empty() {
-        return Output::ok("no matches");
+        return Output::ok(format!("no matches{notice}"));
     }
     // Newest first; equal times by path so the answer is deterministic.
     hits.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     hits.truncate(RESULT_LIMIT);
     let lines: Vec<String> = hits.iter().map(|(p, _)| p.display().to_string()).collect();
-    Output::ok(lines.join("\n"))
+    Output::ok(lines.join("\n") + &notice)
 }
 
 /// A pattern split into the literal directory it starts from and the glob
@@ -111,16 +122,18 @@ impl Plan {
         })
     }
 
-    fn walk(&self) -> Vec<(PathBuf, SystemTime)> {
+    /// The matches, and whether the deadline cut the walk short.
+    fn walk(&self, deadline: std::time::Instant) -> (Vec<(PathBuf, SystemTime)>, bool) {
         let Some(matcher) = &self.matcher else {
             // A fully literal pattern names one path: it matches if it exists.
-            return match std::fs::symlink_metadata(&self.root) {
+            let hit = match std::fs::symlink_metadata(&self.root) {
                 Ok(m) => vec![(
                     self.root.clone(),
                     m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                 )],
                 Err(_) => Vec::new(),
             };
+            return (hit, false);
         };
         let mut hits = Vec::new();
         let walker = WalkDir::new(&self.root)
@@ -128,6 +141,9 @@ impl Plan {
             .min_depth(1)
             .max_depth(self.max_depth);
         for entry in walker.into_iter().take(WALK_LIMIT) {
+            if std::time::Instant::now() > deadline {
+                return (hits, true);
+            }
             let Ok(entry) = entry else { continue };
             let Ok(rel) = entry.path().strip_prefix(&self.root) else {
                 continue;
@@ -141,25 +157,8 @@ impl Plan {
                 hits.push((entry.into_path(), mtime));
             }
         }
-        hits
+        (hits, false)
     }
-}
-
-/// Drops `.` and folds `..` lexically, so results read `/w/x`, not `/w/sub/../x`.
-fn lexical_clean(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -68,10 +68,16 @@ fn binary_error(file_path: &str) -> Output {
 /// the cap whatever the size said, for files whose size lies (`/proc`).
 fn whole(mut file: File, file_path: &str, size: u64) -> Output {
     if size > MAX_FILE_BYTES {
-        return too_big(file_path, &size.to_string());
+        return Output::error(format!(
+            "read: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
+        ));
     }
     let data = match read_capped(&mut file, size, MAX_FILE_BYTES) {
-        Ok((_, true)) => return too_big(file_path, "more than"),
+        Ok((_, true)) => {
+            return Output::error(format!(
+                "read: {file_path} holds more than the {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
+            ));
+        }
         Ok((d, false)) => d,
         Err(e) => return Output::error(format!("read {file_path}: {}", describe(&e))),
     };
@@ -79,12 +85,6 @@ fn whole(mut file: File, file_path: &str, size: u64) -> Output {
         return binary_error(file_path);
     }
     Output::ok(String::from_utf8_lossy(&data).into_owned())
-}
-
-fn too_big(file_path: &str, size: &str) -> Output {
-    Output::error(format!(
-        "read: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
-    ))
 }
 
 /// How far a `view_range` read scans: the file's stated size, or for a file

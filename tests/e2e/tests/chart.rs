@@ -211,6 +211,32 @@ fn walk(k: &Kubectl, chart: &str) {
     assert_eq!(code, 1, "a failing command is a tool error: {out}");
     assert!(out.contains('3'), "{out}");
 
+    // Hostile reads: files whose size lies and devices are errors, and the
+    // runner (the sandbox container's process) never restarts for them.
+    for input in [
+        r#"{"file_path":"/proc/self/pagemap"}"#,
+        r#"{"file_path":"/proc/self/pagemap","view_range":[1,10]}"#,
+        r#"{"file_path":"/dev/zero"}"#,
+    ] {
+        let (code, out, err) = agent(k, &ns.name, &["call", "walk", "read", input]);
+        assert_eq!(code, 1, "{input}: a tool error: {out}{err}");
+    }
+    let (code, out, _) = agent(k, &ns.name, &["bash", "walk", "--", "echo still"]);
+    assert_eq!((code, out.as_str()), (0, "still\n"));
+    let restarts = k.must(&[
+        "get",
+        "pod",
+        "walk-sandbox",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.status.containerStatuses[*].restartCount}",
+    ]);
+    assert!(
+        restarts.split_whitespace().all(|n| n == "0"),
+        "restart counts: {restarts}"
+    );
+
     // helm upgrade keeps sessions.
     let r = helm(
         k,
