@@ -36,9 +36,8 @@ pub struct Snapshot {
 /// What bash starts from.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The verified snapshot, ready to be bash's standard input; `None`
-    /// starts a fresh shell.
-    pub stdin: Option<File>,
+    /// The verified snapshot; `None` starts a fresh shell.
+    pub state: Option<Vec<u8>>,
     /// Said in the call's result when the snapshot could not be used.
     pub notice: Option<String>,
 }
@@ -70,7 +69,7 @@ impl Snapshot {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let data = read_bounded(&self.path, MAX_SNAPSHOT_BYTES);
         let fresh = |notice: Option<String>| Loaded {
-            stdin: None,
+            state: None,
             notice,
         };
         match (data, *current) {
@@ -78,15 +77,9 @@ impl Snapshot {
             (Ok(None), Some(_)) => fresh(Some(
                 "[the shell state file was removed outside the runner; this call starts from a fresh shell]".into(),
             )),
-            (Ok(Some(bytes)), Some(want)) if digest(&bytes) == want => match to_stdin(&bytes) {
-                Ok(f) => Loaded {
-                    stdin: Some(f),
-                    notice: None,
-                },
-                Err(e) => fresh(Some(format!(
-                    "[the shell state could not be restored ({}); this call starts from a fresh shell]",
-                    crate::fsutil::describe(&e)
-                ))),
+            (Ok(Some(bytes)), Some(want)) if digest(&bytes) == want => Loaded {
+                state: Some(bytes),
+                notice: None,
             },
             (Ok(Some(_)), _) | (Err(_), _) => {
                 let _ = fs::remove_file(&self.path);
@@ -174,9 +167,11 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The bytes in an anonymous in-memory file, rewound: a descriptor only the
-/// call's bash holds, so nothing can change it between the check and the use.
-fn to_stdin(bytes: &[u8]) -> io::Result<File> {
+/// The parts, each followed by a NUL, in an anonymous in-memory file,
+/// rewound: a descriptor only the call's bash holds, so nothing can change
+/// it between the runner's check and the shell's use. The parts must hold no
+/// NUL themselves (bash strings cannot).
+pub fn private_input(parts: &[&[u8]]) -> io::Result<File> {
     let mut f = match nix::sys::memfd::memfd_create(
         c"agent-snapshot",
         nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
@@ -186,7 +181,10 @@ fn to_stdin(bytes: &[u8]) -> io::Result<File> {
         // just as private.
         Err(_) => tempfile::tempfile()?,
     };
-    f.write_all(bytes)?;
+    for part in parts {
+        f.write_all(part)?;
+        f.write_all(b"\0")?;
+    }
     f.rewind()?;
     Ok(f)
 }
@@ -196,10 +194,12 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    fn read_all(mut f: File) -> String {
-        let mut s = String::new();
-        f.read_to_string(&mut s).unwrap();
-        s
+    #[test]
+    fn private_input_holds_nul_terminated_parts() {
+        let mut f = private_input(&[b"export A=1\n", b"echo hi"]).unwrap();
+        let mut s = Vec::new();
+        f.read_to_end(&mut s).unwrap();
+        assert_eq!(s, b"export A=1\n\0echo hi\0");
     }
 
     #[test]
@@ -207,18 +207,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let snap = Snapshot::open(dir.path().join("shell.snapshot"));
         let l = snap.load();
-        assert!(l.stdin.is_none() && l.notice.is_none());
+        assert!(l.state.is_none() && l.notice.is_none());
 
         let next = dir.path().join("next");
         fs::write(&next, "export A=1\n").unwrap();
         assert!(snap.install(&next).is_none());
         assert!(!next.exists());
         let l = snap.load();
-        assert_eq!(read_all(l.stdin.unwrap()), "export A=1\n");
+        assert_eq!(l.state.unwrap(), b"export A=1\n");
 
         // A restarted runner trusts what the digest file vouches for.
         let again = Snapshot::open(dir.path().join("shell.snapshot"));
-        assert!(again.load().stdin.is_some());
+        assert!(again.load().state.is_some());
 
         fs::write(
             dir.path().join("shell.snapshot"),
@@ -226,7 +226,7 @@ mod tests {
         )
         .unwrap();
         let l = snap.load();
-        assert!(l.stdin.is_none());
+        assert!(l.state.is_none());
         assert!(l.notice.unwrap().contains("changed outside the runner"));
         assert!(!dir.path().join("shell.snapshot").exists());
     }
@@ -237,7 +237,7 @@ mod tests {
         fs::write(dir.path().join("shell.snapshot"), "id > planted\n").unwrap();
         let snap = Snapshot::open(dir.path().join("shell.snapshot"));
         let l = snap.load();
-        assert!(l.stdin.is_none());
+        assert!(l.state.is_none());
         assert!(l.notice.is_some());
     }
 }

@@ -469,3 +469,16 @@ async fn concurrent_edits_of_one_file_are_all_kept() {
         expected
     );
 }
+
+#[tokio::test]
+async fn commands_over_the_kernels_argument_limit_and_with_nul_bytes() {
+    let s = hostile(&[]).await;
+    // One argv string may not pass 128 KiB; the command does not travel in argv.
+    let long = format!("x='{}'; echo ${{#x}}", "a".repeat(1 << 20));
+    let r = call(&s, "bash", json!({ "command": long })).await;
+    assert_eq!(r.content, "1048576\n");
+    assert!(!r.is_error);
+    let e = err(&s, "bash", json!({"command": "echo a\u{0}b"})).await;
+    assert!(e.contains("NUL byte"), "{e}");
+    still_serving(&s).await;
+}

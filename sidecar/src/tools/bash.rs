@@ -32,17 +32,20 @@ struct Input {
 }
 
 /// The program each call runs. Standard input holds the session's snapshot
-/// (verified by the runner, see [`crate::snapshot`]), which is read and
-/// evaluated first, then replaced by /dev/null for the command. `$1` is where
-/// to write the next snapshot, `$2` the command. The snapshot is restored
+/// (verified by the runner, see [`crate::snapshot`]) and the command, each
+/// ended by a NUL; the snapshot is evaluated first, then stdin is replaced by
+/// /dev/null for the command. The command travels on stdin rather than in
+/// argv, where the kernel refuses one argument over 128 KiB. `$1` is where
+/// to write the next snapshot. The snapshot is restored
 /// with its errors silenced: a readonly variable bash set itself (SHELLOPTS,
 /// when exported) cannot be re-declared and that is not the model's business.
 /// The save runs as an epilogue, and from the EXIT trap when the command
 /// calls `exit` or the shell dies of an error; the call marker is never
 /// saved, so a later call's processes never carry an earlier call's marker.
-const WRAPPER: &str = r#"__agent_next=$1 __agent_cmd=$2
+const WRAPPER: &str = r#"__agent_next=$1
 set --
 IFS= read -r -d '' __agent_snap
+IFS= read -r -d '' __agent_cmd
 eval "$__agent_snap" 2>/dev/null
 unset __agent_snap
 exec 0</dev/null
@@ -73,6 +76,11 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
         Err(out) => return Ok(out),
     };
     let command = input.command.filter(|c| !c.trim().is_empty());
+    if command.as_deref().is_some_and(|c| c.contains('\0')) {
+        return Ok(Output::error(
+            "bash: command contains a NUL byte, which a shell command cannot hold",
+        ));
+    }
     if input.restart {
         restart(ctx)?;
         if command.is_none() {
@@ -82,6 +90,7 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
     let Some(command) = command else {
         return Ok(Output::error("bash: command is required"));
     };
+
     exec(ctx, id, &command, timeout).await
 }
 
@@ -147,23 +156,25 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
         .try_clone()
         .map_err(|e| Error::io("bash: cannot duplicate the output file", e))?;
     let loaded = ctx.snapshot.load();
+    let state = loaded.state.as_deref().unwrap_or_default();
+    let input = crate::snapshot::private_input(&[state, command.as_bytes()])
+        .map_err(|e| Error::io("bash: cannot pass the command to the shell", e))?;
     let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
 
     let mut cmd = Command::new(BASH);
     cmd.args(["--noprofile", "--norc", "-c", WRAPPER, "agent-bash"])
         .arg(&next_snapshot)
-        .arg(command)
         .current_dir(&ctx.workdir)
+        .stdin(Stdio::from(input))
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err));
-    match loaded.stdin {
-        Some(snapshot) => {
+    match loaded.state {
+        Some(_) => {
             // The snapshot *is* the environment: starting empty is what lets
             // an `unset` in an earlier call stick.
-            cmd.env_clear().stdin(Stdio::from(snapshot));
+            cmd.env_clear();
         }
         None => {
-            cmd.stdin(Stdio::null());
             for (k, _) in std::env::vars_os() {
                 if let Some(k) = k.to_str()
                     && SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
