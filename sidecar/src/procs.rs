@@ -64,6 +64,12 @@ pub fn parse_stat(s: &str) -> Option<Proc> {
     })
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z`, ...).
+pub fn state(pid: i32) -> Option<char> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.get(s.rfind(')')? + 1..)?.trim_start().chars().next()
+}
+
 /// Every process visible in `/proc`, bounded.
 pub fn scan() -> Vec<Proc> {
     let Ok(dir) = fs::read_dir("/proc") else {

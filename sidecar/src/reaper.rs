@@ -134,6 +134,14 @@ impl Supervisor {
 }
 
 impl Spawned {
+    /// Whether the child has exited (or can no longer be watched).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(
+            self.exit.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        )
+    }
+
     /// Tags the call so that [`crate::procs::end_call`] can find the
     /// processes that left its group; the caller sets the same
     /// `AGENTPLANE_CALL=<token>` on the command.

@@ -259,7 +259,7 @@ impl Runner {
         let (content, is_error) = match name {
             "bash" | "grep" => {
                 let out = if name == "bash" {
-                    tools::bash::run(&self.inner.ctx, id, input).await?
+                    tools::bash::run(&self.inner.ctx, input).await?
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };

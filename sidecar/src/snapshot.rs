@@ -10,8 +10,8 @@
 //! input rather than a path it would open again. A snapshot that does not
 //! match is discarded and the call says so.
 
-use std::fs::{self, File};
-use std::io::{self, Seek, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -167,40 +167,9 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The parts, each followed by a NUL, in an anonymous in-memory file,
-/// rewound: a descriptor only the call's bash holds, so nothing can change
-/// it between the runner's check and the shell's use. The parts must hold no
-/// NUL themselves (bash strings cannot).
-pub fn private_input(parts: &[&[u8]]) -> io::Result<File> {
-    let mut f = match nix::sys::memfd::memfd_create(
-        c"agent-snapshot",
-        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
-    ) {
-        Ok(fd) => File::from(fd),
-        // No memfd (an old or unusual kernel): an unlinked temporary file is
-        // just as private.
-        Err(_) => tempfile::tempfile()?,
-    };
-    for part in parts {
-        f.write_all(part)?;
-        f.write_all(b"\0")?;
-    }
-    f.rewind()?;
-    Ok(f)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
-
-    #[test]
-    fn private_input_holds_nul_terminated_parts() {
-        let mut f = private_input(&[b"export A=1\n", b"echo hi"]).unwrap();
-        let mut s = Vec::new();
-        f.read_to_end(&mut s).unwrap();
-        assert_eq!(s, b"export A=1\n\0echo hi\0");
-    }
 
     #[test]
     fn installed_state_loads_and_tampering_is_discarded() {

@@ -227,9 +227,15 @@ async fn calls_past_the_concurrency_cap_are_refused_clearly() {
     let pid = s.pid();
     assert!(
         eventually(|| {
-            sidecar::procs::scan()
+            let procs = sidecar::procs::scan();
+            let shells: Vec<i32> = procs
                 .iter()
                 .filter(|p| p.ppid == pid && p.comm == "bash")
+                .map(|p| p.pid)
+                .collect();
+            procs
+                .iter()
+                .filter(|p| p.comm == "sleep" && shells.contains(&p.ppid))
                 .count()
                 >= 2
         })
@@ -481,4 +487,38 @@ async fn commands_over_the_kernels_argument_limit_and_with_nul_bytes() {
     let e = err(&s, "bash", json!({"command": "echo a\u{0}b"})).await;
     assert!(e.contains("NUL byte"), "{e}");
     still_serving(&s).await;
+}
+
+/// The shell parked for the next call, if there is one.
+fn parked_shell(runner: i32) -> Option<i32> {
+    sidecar::procs::scan()
+        .into_iter()
+        .find(|p| p.ppid == runner && p.comm == "bash" && sidecar::procs::state(p.pid) == Some('T'))
+        .map(|p| p.pid)
+}
+
+#[tokio::test]
+async fn a_parked_shell_killed_or_continued_early_is_replaced() {
+    let s = hostile(&[]).await;
+    call(&s, "bash", json!({"command": "export KEPT=1"})).await;
+    let pid = s.pid();
+    for sig in [
+        nix::sys::signal::Signal::SIGKILL,
+        nix::sys::signal::Signal::SIGCONT,
+    ] {
+        let mut parked = None;
+        assert!(
+            eventually(|| {
+                parked = parked_shell(pid);
+                parked.is_some()
+            })
+            .await,
+            "a shell is parked for the next call"
+        );
+        let parked = parked.unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(parked), sig).unwrap();
+        assert!(eventually(|| !common::alive(parked)).await);
+        let r = call(&s, "bash", json!({"command": "echo $KEPT"})).await;
+        assert_eq!((r.content.as_str(), r.is_error), ("1\n", false), "{sig}");
+    }
 }

@@ -1,8 +1,9 @@
 //! bash without a persistent shell.
 //!
-//! Each call is a fresh `/bin/bash` in its own process group that first
-//! sources the session snapshot (exported environment, functions, cwd) and,
-//! on exit, writes the next one. The snapshot lives on disk, so the session's
+//! Each call is a fresh `/bin/bash` in its own process group (started ahead
+//! of the call, see [`super::shell`]) that first evaluates the session
+//! snapshot (exported environment, functions, cwd) and, on exit, writes the
+//! next one. The snapshot lives on disk, so the session's
 //! shell state survives a runner restart, and no long-lived shell can be
 //! wedged by a command that left it in a strange state.
 //!
@@ -10,14 +11,13 @@
 //! inherits the file, not a pipe the runner would wait to close, so the call
 //! ends when the shell does. A timeout SIGKILLs the whole process group.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-use std::process::{Command, Stdio};
+use std::fs;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{BASH, Ctx, parse};
+use super::shell::{self, Shell};
+use super::{Ctx, parse};
 use crate::Error;
 use crate::output::{Body, Output};
 use crate::procs::MARKER_VAR;
@@ -31,41 +31,7 @@ struct Input {
     timeout_ms: Option<i64>,
 }
 
-/// The program each call runs. Standard input holds the session's snapshot
-/// (verified by the runner, see [`crate::snapshot`]) and the command, each
-/// ended by a NUL; the snapshot is evaluated first, then stdin is replaced by
-/// /dev/null for the command. The command travels on stdin rather than in
-/// argv, where the kernel refuses one argument over 128 KiB. `$1` is where
-/// to write the next snapshot. The snapshot is restored
-/// with its errors silenced: a readonly variable bash set itself (SHELLOPTS,
-/// when exported) cannot be re-declared and that is not the model's business.
-/// The save runs as an epilogue, and from the EXIT trap when the command
-/// calls `exit` or the shell dies of an error; the call marker is never
-/// saved, so a later call's processes never carry an earlier call's marker.
-const WRAPPER: &str = r#"__agent_next=$1
-set --
-IFS= read -r -d '' __agent_snap
-IFS= read -r -d '' __agent_cmd
-eval "$__agent_snap" 2>/dev/null
-unset __agent_snap
-exec 0</dev/null
-__agent_save() {
-  export -n AGENTPLANE_CALL 2>/dev/null
-  { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null
-}
-trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
-eval "$__agent_cmd"
-__agent_rc=$?
-trap - EXIT
-__agent_save
-exit $__agent_rc
-"#;
-
-/// Environment variables a model-driven shell never inherits from the runner
-/// (the reference scrubs the same namespace: API credentials).
-const SCRUBBED_PREFIXES: [&str; 1] = ["ANTHROPIC_"];
-
-pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
+pub async fn run(ctx: &Ctx, input: &[u8]) -> Result<Output, Error> {
     let input: Input = match parse("bash", input) {
         Ok(i) => i,
         Err(out) => return Ok(out),
@@ -91,7 +57,7 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
         return Ok(Output::error("bash: command is required"));
     };
 
-    exec(ctx, id, &command, timeout).await
+    exec(ctx, &command, timeout).await
 }
 
 /// `timeout_ms`: absent or 0 means the default; over the maximum is refused
@@ -140,58 +106,32 @@ fn restart(ctx: &Ctx) -> Result<(), Error> {
     })
 }
 
-async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<Output, Error> {
-    let out_path = ctx.call_file(id, "out");
-    let next_snapshot = ctx.call_file(id, "snap");
-    let out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&out_path)
-        .map_err(|e| Error::io(format!("bash: cannot create {}", out_path.display()), e))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| Error::io("bash: cannot duplicate the output file", e))?;
-    let watched = out
-        .try_clone()
-        .map_err(|e| Error::io("bash: cannot duplicate the output file", e))?;
+async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Error> {
     let loaded = ctx.snapshot.load();
-    let state = loaded.state.as_deref().unwrap_or_default();
-    let input = crate::snapshot::private_input(&[state, command.as_bytes()])
-        .map_err(|e| Error::io("bash: cannot pass the command to the shell", e))?;
-    let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
-
-    let mut cmd = Command::new(BASH);
-    cmd.args(["--noprofile", "--norc", "-c", WRAPPER, "agent-bash"])
-        .arg(&next_snapshot)
-        .current_dir(&ctx.workdir)
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err));
-    match loaded.state {
-        Some(_) => {
-            // The snapshot *is* the environment: starting empty is what lets
-            // an `unset` in an earlier call stick.
-            cmd.env_clear();
-        }
-        None => {
-            for (k, _) in std::env::vars_os() {
-                if let Some(k) = k.to_str()
-                    && SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
-                {
-                    cmd.env_remove(k);
-                }
-            }
-        }
-    }
-    cmd.env(MARKER_VAR, &marker);
-    let spawned = match ctx.supervisor.spawn(&mut cmd) {
-        Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
-        Err(e) => {
-            let _ = fs::remove_file(&out_path);
-            return Err(Error::io(format!("bash: cannot start {BASH}"), e));
-        }
+    let state = loaded.state.as_deref().unwrap_or(&ctx.initial_state);
+    let payload = shell::payload(state, command);
+    let parked = ctx
+        .parked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let started = match parked {
+        Some(p) => p.start(&payload).await.map_err(Shell::discard).ok(),
+        None => None,
     };
+    let sh = match started {
+        Some(sh) => sh,
+        None => shell::spawn(ctx, Some(&payload))?,
+    };
+    // The next call's shell starts while this command runs.
+    park_next(ctx);
+    let Shell {
+        spawned,
+        out_path,
+        watched,
+        next_snapshot,
+        ..
+    } = sh;
     let pgid = spawned.pid;
     remember_group(ctx, pgid);
 
@@ -207,6 +147,7 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
             return Err(e);
         }
     };
+
     let mut trailer = String::new();
     if let Some(notice) = loaded.notice {
         trailer.push('\n');
@@ -255,6 +196,22 @@ async fn exec(ctx: &Ctx, id: &str, command: &str, timeout: Duration) -> Result<O
         trailer,
         is_error,
     })
+}
+
+/// Starts the shell the next call will use, unless one is already parked.
+/// A shell that cannot be started now is not an error: the next call then
+/// starts its own.
+fn park_next(ctx: &Ctx) {
+    let mut slot = ctx
+        .parked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if slot.is_none() {
+        match shell::spawn(ctx, None) {
+            Ok(sh) => *slot = Some(sh),
+            Err(e) => tracing::warn!(error = %e, "cannot start a shell ahead of the next call"),
+        }
+    }
 }
 
 fn remember_group(ctx: &Ctx, pgid: i32) {

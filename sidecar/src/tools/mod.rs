@@ -7,6 +7,7 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod read;
+pub mod shell;
 pub mod write;
 
 use std::collections::HashSet;
@@ -50,6 +51,10 @@ pub struct Ctx {
     /// Temporary files of writes in flight, swept at start-up.
     pub journal: Journal,
     pub limits: CallLimits,
+    /// A shell started ahead of the next bash call (see [`shell`]).
+    pub parked: Mutex<Option<shell::Shell>>,
+    /// What a session's first shell evaluates: the runner's environment.
+    pub initial_state: Vec<u8>,
 }
 
 /// Bounds on what one call may consume.
@@ -117,6 +122,8 @@ impl Ctx {
             locks: PathLocks::default(),
             journal,
             limits,
+            parked: Mutex::new(None),
+            initial_state: shell::initial_state(),
         })
     }
 

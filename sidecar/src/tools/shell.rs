@@ -1,0 +1,274 @@
+//! The shells bash calls run in, started ahead of their calls.
+//!
+//! Every call still gets a fresh `/bin/bash` (no state lives in a process),
+//! but starting one costs about as much as the rest of a small call put
+//! together. So the runner keeps one shell started and *parked*: it has
+//! done its start-up and stopped itself (SIGSTOP) before reading anything.
+//! A call hands it the session's verified snapshot and the command in its
+//! private in-memory stdin and continues it (SIGCONT); the next shell is
+//! started while the command runs. A parked shell that was killed, or never
+//! parked, is discarded and the call starts a shell of its own, which is
+//! what every call did before this existed.
+//!
+//! Every shell starts from an empty environment: the state it evaluates is
+//! the environment (the snapshot, or for a fresh session the runner's own
+//! environment written as `declare -x` lines), so a parked shell needs
+//! nothing from the call it will serve but what its stdin brings.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{BASH, Ctx};
+use crate::Error;
+use crate::procs::MARKER_VAR;
+use crate::reaper::Spawned;
+
+/// The program each call runs, with `$0` = /bin/bash so that the shell's
+/// own messages read as bash's. `$1` is where to write the next snapshot;
+/// `$2` is `park` for a shell started ahead of its call, which stops itself
+/// until the call continues it. Standard input holds the state to evaluate
+/// and the command, each ended by a NUL (a seekable in-memory file, which
+/// bash reads in blocks; the command travels here rather than in argv, where
+/// the kernel refuses one argument over 128 KiB). A shell whose input is not
+/// both parts whole exits 125 without running anything. The state is
+/// evaluated with its errors silenced: a readonly variable bash set itself
+/// (SHELLOPTS, when exported) cannot be re-declared and that is not the
+/// model's business. stdin is /dev/null for the command. The save runs as an
+/// epilogue, and from the EXIT trap when the command calls `exit`; the call
+/// marker is never saved, so a later call's processes never carry it.
+pub const WRAPPER: &str = r#"__agent_next=$1
+[[ $2 == park ]] && kill -STOP $$
+set --
+IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd || exit 125
+eval "$__agent_snap" 2>/dev/null
+unset __agent_snap
+exec 0</dev/null
+__agent_save() {
+  export -n AGENTPLANE_CALL 2>/dev/null
+  { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null
+}
+trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
+eval "$__agent_cmd"
+__agent_rc=$?
+trap - EXIT
+__agent_save
+exit $__agent_rc
+"#;
+
+/// Environment variables a model-driven shell never inherits from the runner
+/// (the reference scrubs the same namespace: API credentials).
+const SCRUBBED_PREFIXES: [&str; 1] = ["ANTHROPIC_"];
+
+/// How long a call waits for a just-started shell to park before starting
+/// its own instead.
+const PARK_WAIT: Duration = Duration::from_millis(100);
+
+/// One shell, started, not yet running a command.
+#[derive(Debug)]
+pub struct Shell {
+    pub spawned: Spawned,
+    /// The runner's handle on the shell's stdin.
+    input: File,
+    /// Where the command's output goes, and a handle to watch its size.
+    pub out_path: PathBuf,
+    pub watched: File,
+    /// Where the shell writes the session's next snapshot.
+    pub next_snapshot: PathBuf,
+    parked: bool,
+}
+
+/// The state and command a call hands its shell, each NUL-ended.
+pub fn payload(state: &[u8], command: &str) -> Vec<u8> {
+    let mut p = Vec::with_capacity(state.len() + command.len() + 2);
+    p.extend_from_slice(state);
+    p.push(0);
+    p.extend_from_slice(command.as_bytes());
+    p.push(0);
+    p
+}
+
+/// The runner's environment as shell state, for a session's first call: what
+/// `bash` would have inherited, less the scrubbed names and any name bash
+/// cannot hold.
+pub fn initial_state() -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        let (Some(k), v) = (k.to_str(), v.as_bytes()) else {
+            continue;
+        };
+        let identifier = k
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+        if k.is_empty()
+            || !identifier
+            || k == MARKER_VAR
+            || SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
+        {
+            continue;
+        }
+        out.extend_from_slice(b"declare -x ");
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b"='");
+        for &b in v {
+            if b == b'\'' {
+                out.extend_from_slice(b"'\\''");
+            } else {
+                out.push(b);
+            }
+        }
+        out.extend_from_slice(b"'\n");
+    }
+    out
+}
+
+/// Starts a shell. With `payload`, it starts running at once; without, it
+/// parks until [`Shell::start`].
+pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
+    let out_path = ctx.call_file("shell", "out");
+    let next_snapshot = ctx.call_file("shell", "snap");
+    let out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&out_path)
+        .map_err(|e| Error::io(format!("bash: cannot create {}", out_path.display()), e))?;
+    let dup = |f: &File| {
+        f.try_clone()
+            .map_err(|e| Error::io("bash: cannot duplicate the output file", e))
+    };
+    let (err, watched) = match (dup(&out), dup(&out)) {
+        (Ok(e), Ok(w)) => (e, w),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = std::fs::remove_file(&out_path);
+            return Err(e);
+        }
+    };
+    let input = match private_file(payload.unwrap_or_default()) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = std::fs::remove_file(&out_path);
+            return Err(Error::io("bash: cannot make the shell's input", e));
+        }
+    };
+    let stdin = match input.try_clone() {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = std::fs::remove_file(&out_path);
+            return Err(Error::io("bash: cannot make the shell's input", e));
+        }
+    };
+    let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
+    let mut cmd = Command::new(BASH);
+    cmd.args(["--noprofile", "--norc", "-c", WRAPPER, BASH])
+        .arg(&next_snapshot)
+        .arg(if payload.is_some() { "run" } else { "park" })
+        .current_dir(&ctx.workdir)
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .env_clear()
+        .env(MARKER_VAR, &marker);
+    let spawned = match ctx.supervisor.spawn(&mut cmd) {
+        Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
+        Err(e) => {
+            let _ = std::fs::remove_file(&out_path);
+            return Err(Error::io(format!("bash: cannot start {BASH}"), e));
+        }
+    };
+    Ok(Shell {
+        spawned,
+        input,
+        out_path,
+        watched,
+        next_snapshot,
+        parked: payload.is_none(),
+    })
+}
+
+impl Shell {
+    /// Hands a parked shell its payload and continues it. `Err` gives the
+    /// shell back when it cannot be used (it died, or never parked); the
+    /// caller discards it and starts its own.
+    pub async fn start(mut self, payload: &[u8]) -> Result<Shell, Shell> {
+        if !self.parked {
+            return Ok(self);
+        }
+        let pid = self.spawned.pid;
+        let mut waited = Duration::ZERO;
+        loop {
+            if self.spawned.has_exited() {
+                return Err(self);
+            }
+            match crate::procs::state(pid) {
+                Some('T') => break,
+                Some(_) if waited < PARK_WAIT => {
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                    waited += Duration::from_micros(500);
+                }
+                _ => return Err(self),
+            }
+        }
+        if self.input.write_all_at(payload, 0).is_err() {
+            return Err(self);
+        }
+        use nix::sys::signal::{Signal, kill};
+        if kill(nix::unistd::Pid::from_raw(pid), Signal::SIGCONT).is_err() {
+            return Err(self);
+        }
+        self.parked = false;
+        Ok(self)
+    }
+
+    /// Ends a shell that will not be used, and removes its files.
+    pub fn discard(self) {
+        crate::reaper::kill_group(self.spawned.pid);
+        let _ = std::fs::remove_file(&self.out_path);
+        let _ = std::fs::remove_file(&self.next_snapshot);
+    }
+}
+
+/// An anonymous in-memory file holding `bytes`, rewound: a descriptor only
+/// the runner and the call's shell hold, so nothing can change the input
+/// between the runner's checks and the shell's use of it.
+fn private_file(bytes: &[u8]) -> std::io::Result<File> {
+    use std::io::{Seek, Write};
+    let mut f = match nix::sys::memfd::memfd_create(
+        c"agent-shell-input",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+    ) {
+        Ok(fd) => File::from(fd),
+        // No memfd (an old or unusual kernel): an unlinked temporary file is
+        // just as private.
+        Err(_) => tempfile::tempfile()?,
+    };
+    f.write_all(bytes)?;
+    f.rewind()?;
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_is_two_nul_ended_parts() {
+        assert_eq!(
+            payload(b"declare -x A='1'\n", "echo hi"),
+            b"declare -x A='1'\n\0echo hi\0"
+        );
+    }
+
+    #[test]
+    fn initial_state_quotes_values_and_drops_scrubbed_names() {
+        let s = String::from_utf8(initial_state()).unwrap();
+        for line in s.lines() {
+            assert!(line.starts_with("declare -x "), "{line}");
+            assert!(!line.contains("ANTHROPIC_"), "{line}");
+        }
+    }
+}
