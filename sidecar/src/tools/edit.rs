@@ -5,7 +5,7 @@ use serde::Deserialize;
 use super::{Ctx, parse, required};
 use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
-use crate::tools::read::MAX_FILE_BYTES;
+use toolset::MAX_FILE_BYTES;
 
 /// The largest file an edit may produce: sixteen times what it may read,
 /// room for any real edit, and a bound on the memory a `replace_all` takes.
@@ -47,7 +47,9 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let (mut file, meta) = match open_regular(&path) {
         Ok(f) => f,
         Err(OpenError::Directory) => {
-            return Output::error(format!("edit {file_path}: is a directory"));
+            return Output::error(format!(
+                "edit: {file_path} is a directory, not a regular file"
+            ));
         }
         Err(OpenError::NotRegular(kind)) => {
             return Output::error(format!("edit: {file_path} is {kind}, not a regular file"));

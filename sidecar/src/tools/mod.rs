@@ -160,9 +160,17 @@ fn instance_id() -> String {
 
 /// Decodes a tool's input the way the reference does (unknown fields are
 /// ignored), answering a malformed one with `invalid <tool> input: ...`.
+/// Empty input (nothing, or only JSON whitespace) is not JSON: it gets the
+/// reference's own words for it rather than serde's position report.
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &[u8]) -> Result<T, Output> {
-    let trimmed = input.trim_ascii();
-    let input: &[u8] = if trimmed.is_empty() { b"{}" } else { input };
+    if input
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        return Err(Output::error(format!(
+            "invalid {tool} input: unexpected end of JSON input"
+        )));
+    }
     serde_json::from_slice(input).map_err(|e| Output::error(format!("invalid {tool} input: {e}")))
 }
 

@@ -25,6 +25,13 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let Some(content) = input.content.as_deref() else {
         return Output::error("write: content is required");
     };
+    // A trailing "/" names a directory; dropping it (as the reference's path
+    // cleaning does) would write a file the model did not name.
+    if file_path.ends_with('/') {
+        return Output::error(format!(
+            "write {file_path}: the path ends in \"/\", which names a directory; give the file's path without it"
+        ));
+    }
     let (path, key) = match ctx.target("write", file_path) {
         Ok(t) => t,
         Err(out) => return out,
@@ -42,7 +49,14 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         && !dir.as_os_str().is_empty()
         && let Err(e) = std::fs::create_dir_all(dir)
     {
-        return Output::error(format!("write {file_path}: mkdir: {}", describe(&e)));
+        // create_dir_all reports a file where a directory should be as
+        // "exists"; what is wrong with it is that it is not a directory.
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "not a directory".to_owned()
+        } else {
+            describe(&e)
+        };
+        return Output::error(format!("write {file_path}: mkdir: {why}"));
     }
     if let Err(e) = atomic_write(&path, content.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("write {file_path}: {}", describe(&e)));
