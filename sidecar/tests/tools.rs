@@ -348,9 +348,12 @@ async fn write_creates_dirs_atomically_and_keeps_modes() {
 
     // A symlink is replaced by a regular file, not written through.
     std::fs::write(s.path("target"), "t").unwrap();
-    std::os::unix::fs::symlink(s.path("target"), s.path("link")).unwrap();
-    s.ok("write", json!({"file_path": "link", "content": "new"}))
-        .await;
+    std::os::unix::fs::symlink("target", s.path("link")).unwrap();
+    assert_eq!(
+        s.ok("write", json!({"file_path": "link", "content": "new"}))
+            .await,
+        "wrote 3 bytes to link; link was a symbolic link to target: it is now a regular file with the new content, and the link's target was not written"
+    );
     assert_eq!(std::fs::read_to_string(s.path("target")).unwrap(), "t");
     assert!(
         std::fs::symlink_metadata(s.path("link"))
@@ -428,6 +431,27 @@ async fn edit_rules() {
     )
     .await;
     assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z z");
+    // Through a symlink: the edited text replaces the link, and says so.
+    std::os::unix::fs::symlink("e.txt", s.path("l.txt")).unwrap();
+    assert_eq!(
+        s.ok(
+            "edit",
+            json!({"file_path": "l.txt", "old_string": "z z", "new_string": "y"}),
+        )
+        .await,
+        "edited l.txt (1 replacement(s); l.txt was a symbolic link to e.txt: it is now a regular file with the new content, and the link's target was not written)"
+    );
+    assert_eq!(std::fs::read_to_string(s.path("l.txt")).unwrap(), "y");
+    assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z z");
+    std::fs::create_dir(s.path("sub")).unwrap();
+    assert_eq!(
+        s.err(
+            "edit",
+            json!({"file_path": "sub", "old_string": "a", "new_string": "b"}),
+        )
+        .await,
+        "edit: sub is a directory, not a regular file"
+    );
     assert!(
         s.err(
             "edit",

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Ctx, parse, required};
+use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
 use toolset::MAX_FILE_BYTES;
@@ -108,8 +108,15 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         ));
     }
     let updated = content.replace(old, new);
+    let link = link_target(&path);
     if let Err(e) = atomic_write(&path, updated.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("edit {file_path}: {}", describe(&e)));
     }
-    Output::ok(format!("edited {file_path} ({count} replacement(s))"))
+    match link {
+        None => Output::ok(format!("edited {file_path} ({count} replacement(s))")),
+        Some(t) => Output::ok(format!(
+            "edited {file_path} ({count} replacement(s){})",
+            replaced_link_note(file_path, &t)
+        )),
+    }
 }

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Ctx, parse, required};
+use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{atomic_write, describe, special_kind};
 use crate::output::Output;
 
@@ -58,8 +58,16 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         };
         return Output::error(format!("write {file_path}: mkdir: {why}"));
     }
+    let link = link_target(&path);
     if let Err(e) = atomic_write(&path, content.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("write {file_path}: {}", describe(&e)));
     }
-    Output::ok(format!("wrote {} bytes to {file_path}", content.len()))
+    match link {
+        None => Output::ok(format!("wrote {} bytes to {file_path}", content.len())),
+        Some(t) => Output::ok(format!(
+            "wrote {} bytes to {file_path}{}",
+            content.len(),
+            replaced_link_note(file_path, &t)
+        )),
+    }
 }
