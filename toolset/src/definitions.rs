@@ -78,7 +78,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
             }),
         ),
         "write" => (
-            "Write a UTF-8 text file in the sandbox, replacing it whole. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Missing parent directories are created. The file is replaced atomically (written to a temporary file in the same directory, then renamed); an existing regular file keeps its permission bits, a new file gets 0644.".to_owned(),
+            "Write a UTF-8 text file in the sandbox, replacing it whole. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Missing parent directories are created. The file is replaced atomically (written to a temporary file in the same directory, then renamed); an existing regular file keeps its permission bits, a new file gets 0644. A symbolic link at file_path is replaced by the file, not written through.".to_owned(),
             json!({
                 "type": "object",
                 "properties": {
@@ -89,7 +89,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
             }),
         ),
         "edit" => (
-            "Replace old_string with new_string in a UTF-8 text file in the sandbox. old_string must occur exactly once unless replace_all is true, in which case every occurrence is replaced. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Files over 256 KiB are refused. The file is replaced atomically and keeps its permission bits.".to_owned(),
+            "Replace old_string with new_string in a UTF-8 text file in the sandbox. old_string must occur exactly once unless replace_all is true, in which case every occurrence is replaced. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Files over 256 KiB are refused. The file is replaced atomically and keeps its permission bits; a symbolic link at file_path is replaced by the edited file, not written through.".to_owned(),
             json!({
                 "type": "object",
                 "properties": {
