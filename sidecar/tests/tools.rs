@@ -253,16 +253,43 @@ async fn read_whole_ranges_and_refusals() {
             .contains("binary file")
     );
     std::fs::write(s.path("big"), "x\n".repeat(200 << 10)).unwrap();
-    assert!(
-        s.err("read", json!({"file_path": "big"}))
-            .await
-            .contains("exceeds 262144-byte limit")
+    assert_eq!(
+        s.err("read", json!({"file_path": "big"})).await,
+        "read: big is 409600 bytes, exceeds 110000-byte limit. Use the view_range parameter to read specific line ranges, e.g. view_range: [1, 500]."
     );
-    // A range of a file over the cap still reads.
+    // A range of a file over the cap still reads...
     assert_eq!(
         s.ok("read", json!({"file_path": "big", "view_range": [5, 6]}))
             .await,
         "x\nx"
+    );
+    // ... up to the cap: 55 000 lines of "x" joined are 109 999 bytes.
+    // (then cut by the 100 KiB output budget, the rest spilled).
+    let most = s
+        .ok(
+            "read",
+            json!({"file_path": "big", "view_range": [1, 55_000]}),
+        )
+        .await;
+    assert!(
+        most.starts_with("x\nx\n") && most.contains("the full output (109999 bytes)"),
+        "{}",
+        &most[most.len() - 300..]
+    );
+    assert_eq!(
+        s.err(
+            "read",
+            json!({"file_path": "big", "view_range": [1, 55_001]})
+        )
+        .await,
+        "read: view_range [1, 55001] of big exceeds 110000-byte limit. Narrow the view_range to read a smaller portion."
+    );
+    // One line over the cap cannot be narrowed: an error that says so.
+    std::fs::write(s.path("wide"), "y".repeat(300_000)).unwrap();
+    assert_eq!(
+        s.err("read", json!({"file_path": "wide", "view_range": [1, 1]}))
+            .await,
+        "read: line 1 of wide alone exceeds 110000-byte limit. The read tool cannot return part of a line, so view_range cannot narrow this further."
     );
     // Absolute paths outside the workdir are accepted: the container is the boundary.
     assert!(
@@ -271,6 +298,25 @@ async fn read_whole_ranges_and_refusals() {
             .len()
             < 1000
     );
+}
+
+#[tokio::test]
+async fn empty_input_is_not_json_for_any_tool() {
+    let s = Sidecar::start().await;
+    let mut client = s.client().await;
+    for tool in ["bash", "read", "write", "edit", "glob", "grep"] {
+        for raw in ["", " \n\t "] {
+            let r = client
+                .run(&common::next_id(), tool, raw, false)
+                .await
+                .unwrap();
+            assert!(r.is_error, "{tool} {raw:?}");
+            assert_eq!(
+                r.content,
+                format!("invalid {tool} input: unexpected end of JSON input")
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -302,9 +348,12 @@ async fn write_creates_dirs_atomically_and_keeps_modes() {
 
     // A symlink is replaced by a regular file, not written through.
     std::fs::write(s.path("target"), "t").unwrap();
-    std::os::unix::fs::symlink(s.path("target"), s.path("link")).unwrap();
-    s.ok("write", json!({"file_path": "link", "content": "new"}))
-        .await;
+    std::os::unix::fs::symlink("target", s.path("link")).unwrap();
+    assert_eq!(
+        s.ok("write", json!({"file_path": "link", "content": "new"}))
+            .await,
+        "wrote 3 bytes to link; link was a symbolic link to target: it is now a regular file with the new content, and the link's target was not written"
+    );
     assert_eq!(std::fs::read_to_string(s.path("target")).unwrap(), "t");
     assert!(
         std::fs::symlink_metadata(s.path("link"))
@@ -320,6 +369,22 @@ async fn write_creates_dirs_atomically_and_keeps_modes() {
         s.err("write", json!({"file_path": "dir", "content": "x"}))
             .await
             .contains("is a directory")
+    );
+    // A trailing "/" names a directory, never a file.
+    assert!(
+        s.err("write", json!({"file_path": "new/", "content": "x"}))
+            .await
+            .contains("names a directory")
+    );
+    assert!(!s.path("new").exists());
+    // A file where a parent directory should be is named for what it is not.
+    assert_eq!(
+        s.err(
+            "write",
+            json!({"file_path": "run.sh/x.txt", "content": "x"})
+        )
+        .await,
+        "write run.sh/x.txt: mkdir: not a directory"
     );
     assert_eq!(
         s.err("write", json!({"file_path": "x"})).await,
@@ -366,6 +431,27 @@ async fn edit_rules() {
     )
     .await;
     assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z z");
+    // Through a symlink: the edited text replaces the link, and says so.
+    std::os::unix::fs::symlink("e.txt", s.path("l.txt")).unwrap();
+    assert_eq!(
+        s.ok(
+            "edit",
+            json!({"file_path": "l.txt", "old_string": "z z", "new_string": "y"}),
+        )
+        .await,
+        "edited l.txt (1 replacement(s); l.txt was a symbolic link to e.txt: it is now a regular file with the new content, and the link's target was not written)"
+    );
+    assert_eq!(std::fs::read_to_string(s.path("l.txt")).unwrap(), "y");
+    assert_eq!(std::fs::read_to_string(s.path("e.txt")).unwrap(), "z z");
+    std::fs::create_dir(s.path("sub")).unwrap();
+    assert_eq!(
+        s.err(
+            "edit",
+            json!({"file_path": "sub", "old_string": "a", "new_string": "b"}),
+        )
+        .await,
+        "edit: sub is a directory, not a regular file"
+    );
     assert!(
         s.err(
             "edit",
@@ -523,7 +609,8 @@ async fn output_is_sanitized_capped_and_spilled() {
         .await;
     assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
     // Text results (read of a file between the caps) spill too.
-    std::fs::write(s.path("mid.txt"), "y".repeat(150 << 10)).unwrap();
+    // (100 KiB output budget < 110 000-byte read cap).
+    std::fs::write(s.path("mid.txt"), "y".repeat(105_000)).unwrap();
     let id = common::next_id();
     let r = s
         .try_call(&id, "read", json!({"file_path": "mid.txt"}))
@@ -534,7 +621,7 @@ async fn output_is_sanitized_capped_and_spilled() {
         std::fs::metadata(s.spill.join(format!("{id}.txt")))
             .unwrap()
             .len(),
-        150 << 10
+        105_000
     );
     // Working files do not pile up: what is left is the output file of the
     // one shell parked for the next call.

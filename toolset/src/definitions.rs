@@ -14,8 +14,14 @@ pub const BUILTIN_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "
 /// The toolset's tools that run in the executor's process, not the sandbox.
 pub const WEB_TOOLS: [&str; 2] = ["web_fetch", "web_search"];
 
-/// Largest file `read` and `edit` load; a bigger one is read in slices with bash.
+/// Largest file `edit` loads (the reference's edit cap); a bigger one is
+/// modified with bash.
 pub const MAX_FILE_BYTES: u64 = 256 << 10;
+
+/// Most bytes one `read` returns, a whole file or a `view_range` selection:
+/// the reference's read cap, lower than [`MAX_FILE_BYTES`] because a longer
+/// tool result is cut by the model API without saying how to read the rest.
+pub const MAX_READ_BYTES: u64 = 110_000;
 
 /// Most paths one `glob` call returns.
 pub const GLOB_RESULT_LIMIT: usize = 200;
@@ -60,7 +66,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
         ),
         "read" => (
             format!(
-                "Read a UTF-8 text file in the sandbox. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container (the container, not the working directory, is the boundary). view_range [start_line, end_line] selects lines, 1-based and inclusive; an end_line of -1 reads to the end. Files over 256 KiB and binary files are refused: read those with bash (head, tail, sed -n). {OUTPUT_NOTE}"
+                "Read a UTF-8 text file in the sandbox. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container (the container, not the working directory, is the boundary). view_range [start_line, end_line] selects lines, 1-based and inclusive; an end_line of -1 reads to the end. A file over 110000 bytes is refused unless a view_range selects at most 110000 bytes of it; binary files are refused: read those with bash (xxd, strings). {OUTPUT_NOTE}"
             ),
             json!({
                 "type": "object",
@@ -72,7 +78,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
             }),
         ),
         "write" => (
-            "Write a UTF-8 text file in the sandbox, replacing it whole. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Missing parent directories are created. The file is replaced atomically (written to a temporary file in the same directory, then renamed); an existing regular file keeps its permission bits, a new file gets 0644.".to_owned(),
+            "Write a UTF-8 text file in the sandbox, replacing it whole. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Missing parent directories are created. The file is replaced atomically (written to a temporary file in the same directory, then renamed); an existing regular file keeps its permission bits, a new file gets 0644. A symbolic link at file_path is replaced by the file, not written through.".to_owned(),
             json!({
                 "type": "object",
                 "properties": {
@@ -83,7 +89,7 @@ pub fn definition(name: &str) -> Option<ToolDefinition> {
             }),
         ),
         "edit" => (
-            "Replace old_string with new_string in a UTF-8 text file in the sandbox. old_string must occur exactly once unless replace_all is true, in which case every occurrence is replaced. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Files over 256 KiB are refused. The file is replaced atomically and keeps its permission bits.".to_owned(),
+            "Replace old_string with new_string in a UTF-8 text file in the sandbox. old_string must occur exactly once unless replace_all is true, in which case every occurrence is replaced. A relative path resolves against the session's working directory; an absolute path may point anywhere in the container. Files over 256 KiB are refused. The file is replaced atomically and keeps its permission bits; a symbolic link at file_path is replaced by the edited file, not written through.".to_owned(),
             json!({
                 "type": "object",
                 "properties": {
@@ -188,7 +194,9 @@ mod tests {
                 && d("glob").contains(&GLOB_RESULT_LIMIT.to_string())
         );
         assert_eq!(MAX_FILE_BYTES, 256 * 1024);
-        assert!(d("read").contains("256 KiB") && d("edit").contains("256 KiB"));
+        assert!(d("edit").contains("256 KiB"));
+        assert_eq!(MAX_READ_BYTES, 110_000);
+        assert!(d("read").contains("110000 bytes") && !d("read").contains("256 KiB"));
     }
 
     #[test]

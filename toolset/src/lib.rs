@@ -35,8 +35,8 @@ use std::time::Duration;
 
 pub use agent::{AGENT_TOOLSET_TYPE, enabled_web_tools, policies, tools, validate};
 pub use definitions::{
-    BUILTIN_TOOLS, GLOB_RESULT_LIMIT, MAX_FILE_BYTES, ToolDefinition, WEB_TOOLS, definition,
-    is_web_tool,
+    BUILTIN_TOOLS, GLOB_RESULT_LIMIT, MAX_FILE_BYTES, MAX_READ_BYTES, ToolDefinition, WEB_TOOLS,
+    definition, is_web_tool,
 };
 pub use duration::format_duration;
 pub use error::ToolsetError;

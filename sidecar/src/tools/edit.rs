@@ -2,10 +2,10 @@
 
 use serde::Deserialize;
 
-use super::{Ctx, parse, required};
+use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
-use crate::tools::read::MAX_FILE_BYTES;
+use toolset::MAX_FILE_BYTES;
 
 /// The largest file an edit may produce: sixteen times what it may read,
 /// room for any real edit, and a bound on the memory a `replace_all` takes.
@@ -47,7 +47,9 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let (mut file, meta) = match open_regular(&path) {
         Ok(f) => f,
         Err(OpenError::Directory) => {
-            return Output::error(format!("edit {file_path}: is a directory"));
+            return Output::error(format!(
+                "edit: {file_path} is a directory, not a regular file"
+            ));
         }
         Err(OpenError::NotRegular(kind)) => {
             return Output::error(format!("edit: {file_path} is {kind}, not a regular file"));
@@ -106,8 +108,15 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         ));
     }
     let updated = content.replace(old, new);
+    let link = link_target(&path);
     if let Err(e) = atomic_write(&path, updated.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("edit {file_path}: {}", describe(&e)));
     }
-    Output::ok(format!("edited {file_path} ({count} replacement(s))"))
+    match link {
+        None => Output::ok(format!("edited {file_path} ({count} replacement(s))")),
+        Some(t) => Output::ok(format!(
+            "edited {file_path} ({count} replacement(s){})",
+            replaced_link_note(file_path, &t)
+        )),
+    }
 }

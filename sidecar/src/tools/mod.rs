@@ -167,10 +167,36 @@ fn instance_id() -> String {
 
 /// Decodes a tool's input the way the reference does (unknown fields are
 /// ignored), answering a malformed one with `invalid <tool> input: ...`.
+/// Empty input (nothing, or only JSON whitespace) is not JSON: it gets the
+/// reference's own words for it rather than serde's position report.
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &[u8]) -> Result<T, Output> {
-    let trimmed = input.trim_ascii();
-    let input: &[u8] = if trimmed.is_empty() { b"{}" } else { input };
+    if input
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        return Err(Output::error(format!(
+            "invalid {tool} input: unexpected end of JSON input"
+        )));
+    }
     serde_json::from_slice(input).map_err(|e| Output::error(format!("invalid {tool} input: {e}")))
+}
+
+/// The target of `path` if it is a symbolic link, which write and edit
+/// replace with a regular file rather than write through.
+pub(crate) fn link_target(path: &Path) -> Option<PathBuf> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_symlink())
+        .and_then(|_| std::fs::read_link(path).ok())
+}
+
+/// What a write or edit result adds when it replaced a symbolic link, so the
+/// model is not left believing the link's target changed.
+pub(crate) fn replaced_link_note(shown: &str, target: &Path) -> String {
+    format!(
+        "; {shown} was a symbolic link to {}: it is now a regular file with the new content, and the link's target was not written",
+        target.display()
+    )
 }
 
 /// A required, non-empty string field.

@@ -11,12 +11,12 @@ use crate::fsutil::{
 };
 use crate::output::Output;
 
-/// Largest file read (and edit) loads whole: the reference's cap.
-pub use toolset::MAX_FILE_BYTES;
+/// Most bytes one read returns, whole file or `view_range` selection (the
+/// reference's read cap).
+pub use toolset::MAX_READ_BYTES;
 
-/// Most text a `view_range` collects before it stops; the output budget then
-/// cuts it further, so this only bounds memory.
-const MAX_RANGE_BYTES: usize = MAX_FILE_BYTES as usize;
+/// [`MAX_READ_BYTES`] as a length.
+const CAP: usize = MAX_READ_BYTES as usize;
 
 #[derive(Deserialize)]
 struct Input {
@@ -49,7 +49,12 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
                 "read: {file_path} is a directory, not a file; list it with glob or bash ls"
             ));
         }
-        Err(e) => return Output::error(format!("read {file_path}: {}", e.describe())),
+        Err(OpenError::NotRegular(kind)) => {
+            return Output::error(format!("read: {file_path} is {kind}, not a regular file"));
+        }
+        Err(OpenError::Io(e)) => {
+            return Output::error(format!("read {file_path}: {}", describe(&e)));
+        }
     };
     match range {
         None => whole(file, file_path, meta.len()),
@@ -64,18 +69,18 @@ fn binary_error(file_path: &str) -> Output {
 }
 
 /// The whole file, if it is within the cap. The stated size is checked
-/// first, for the reference's message; the read itself stops one byte past
-/// the cap whatever the size said, for files whose size lies (`/proc`).
+/// first; the read itself stops one byte past the cap whatever the size
+/// said, for files whose size lies (`/proc`).
 fn whole(mut file: File, file_path: &str, size: u64) -> Output {
-    if size > MAX_FILE_BYTES {
+    if size > MAX_READ_BYTES {
         return Output::error(format!(
-            "read: {file_path} is {size} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
+            "read: {file_path} is {size} bytes, exceeds {MAX_READ_BYTES}-byte limit. Use the view_range parameter to read specific line ranges, e.g. view_range: [1, 500]."
         ));
     }
-    let data = match read_capped(&mut file, size, MAX_FILE_BYTES) {
+    let data = match read_capped(&mut file, size, MAX_READ_BYTES) {
         Ok((_, true)) => {
             return Output::error(format!(
-                "read: {file_path} holds more than the {MAX_FILE_BYTES}-byte limit. Use view_range, or bash (head/tail/sed), to read a slice."
+                "read: {file_path} holds more than the {MAX_READ_BYTES}-byte limit. Use the view_range parameter to read specific line ranges, e.g. view_range: [1, 500]."
             ));
         }
         Ok((d, false)) => d,
@@ -88,10 +93,9 @@ fn whole(mut file: File, file_path: &str, size: u64) -> Output {
 }
 
 /// How far a `view_range` read scans: the file's stated size, or for a file
-/// that states none (a `/proc` or `/sys` file, which may be endless) the
-/// whole-file cap.
+/// that states none (a `/proc` or `/sys` file, which may be endless) the cap.
 fn scan_limit(size: u64) -> u64 {
-    if size == 0 { MAX_FILE_BYTES } else { size }
+    if size == 0 { MAX_READ_BYTES } else { size }
 }
 
 /// Lines `start..=end` (1-based; `end` <= 0 or past the end means "to the
@@ -99,7 +103,7 @@ fn scan_limit(size: u64) -> u64 {
 /// Selection follows the reference, which splits the file on "\n" (so a
 /// trailing newline is followed by one empty last line) and joins the
 /// selected lines with "\n": a start past the end, or an inverted range,
-/// selects nothing.
+/// selects nothing. A selection over the cap is an error, as there.
 fn ranged(file: File, file_path: &str, size: u64, start: i64, end: i64) -> Output {
     // Never past what the file was when opened: a file still being appended
     // to, or one whose size lies, cannot keep the call reading forever.
@@ -117,23 +121,27 @@ fn ranged(file: File, file_path: &str, size: u64, start: i64, end: i64) -> Outpu
     if last < first {
         return Output::ok("");
     }
-    match select(&mut reader, first, last) {
-        Ok((out, stopped_at)) => {
-            let mut text = String::from_utf8_lossy(&out).into_owned();
-            if let Some(line) = stopped_at {
-                text.push_str(&format!(
-                    "\n[view_range stopped after {MAX_RANGE_BYTES} bytes, at line {line}; ask for fewer lines]"
-                ));
-            }
-            Output::ok(text)
-        }
+    match select(&mut reader, first, last, CAP) {
+        Ok(Some(out)) => Output::ok(String::from_utf8_lossy(&out).into_owned()),
+        // One line cannot be narrowed further; a range can.
+        Ok(None) if first == last => Output::error(format!(
+            "read: line {first} of {file_path} alone exceeds {MAX_READ_BYTES}-byte limit. The read tool cannot return part of a line, so view_range cannot narrow this further."
+        )),
+        Ok(None) => Output::error(format!(
+            "read: view_range [{start}, {end}] of {file_path} exceeds {MAX_READ_BYTES}-byte limit. Narrow the view_range to read a smaller portion."
+        )),
         Err(e) => Output::error(format!("read {file_path}: {}", describe(&e))),
     }
 }
 
-/// The selected lines joined with "\n", and the line at which the memory
-/// bound stopped the selection, if it did.
-fn select<R: BufRead>(r: &mut R, first: u64, last: u64) -> std::io::Result<(Vec<u8>, Option<u64>)> {
+/// The selected lines joined with "\n", or `None` once they pass `cap`
+/// bytes. Never holds more than `cap` + 1 bytes of a line, however long.
+fn select<R: BufRead>(
+    r: &mut R,
+    first: u64,
+    last: u64,
+    cap: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut out: Vec<u8> = Vec::new();
     let mut line: Vec<u8> = Vec::new();
     let mut lineno: u64 = 0;
@@ -144,12 +152,12 @@ fn select<R: BufRead>(r: &mut R, first: u64, last: u64) -> std::io::Result<(Vec<
             if skip_line(r)? == 0 {
                 // EOF before the range: the file's last line was lineno - 1,
                 // or the virtual empty line, which is never past `first - 1`.
-                return Ok((out, None));
+                return Ok(Some(out));
             }
             continue;
         }
         line.clear();
-        let room = MAX_RANGE_BYTES.saturating_sub(out.len());
+        let room = cap.saturating_sub(out.len());
         let n = r
             .by_ref()
             .take(room as u64 + 1)
@@ -161,15 +169,15 @@ fn select<R: BufRead>(r: &mut R, first: u64, last: u64) -> std::io::Result<(Vec<
         if selected > 0 {
             out.push(b'\n');
         }
-        if out.len() + line.len() > MAX_RANGE_BYTES {
-            return Ok((out, Some(lineno)));
+        if out.len() + line.len() > cap {
+            return Ok(None);
         }
         out.extend_from_slice(&line);
         selected += 1;
         // n == 0: this was the empty line after a final "\n" (or an empty
         // file); a line without "\n" is the last one too.
         if n == 0 || !ended || lineno >= last {
-            return Ok((out, None));
+            return Ok(Some(out));
         }
     }
 }
@@ -201,9 +209,8 @@ mod tests {
     use super::*;
 
     fn sel(data: &str, first: u64, last: u64) -> String {
-        let (out, stopped) = select(&mut data.as_bytes(), first, last).unwrap();
-        assert!(stopped.is_none());
-        String::from_utf8(out).unwrap()
+        let out = select(&mut data.as_bytes(), first, last, CAP).unwrap();
+        String::from_utf8(out.expect("within the cap")).unwrap()
     }
 
     /// The reference splits on "\n" and joins the selection with "\n".
@@ -222,6 +229,32 @@ mod tests {
             return String::new();
         }
         lines[start..end].join("\n")
+    }
+
+    /// The reference errs exactly when the joined selection is over the
+    /// cap; a line longer than the cap is never held whole.
+    #[test]
+    fn the_cap_applies_to_the_joined_selection() {
+        for data in ["", "a", "a\n", "ab\ncd\n", "abc\n\nde", "x\ny\nz\n"] {
+            for first in 1..5 {
+                for last in [1, 2, 3, 4, u64::MAX] {
+                    if last < first {
+                        continue;
+                    }
+                    let want = reference(data, first, last);
+                    for cap in 0..8 {
+                        let got = select(&mut data.as_bytes(), first, last, cap).unwrap();
+                        let expect = (want.len() <= cap).then(|| want.clone().into_bytes());
+                        assert_eq!(
+                            got, expect,
+                            "data={data:?} range=[{first},{last}] cap={cap}"
+                        );
+                    }
+                }
+            }
+        }
+        let long = "x".repeat(1000);
+        assert_eq!(select(&mut long.as_bytes(), 1, 1, 10).unwrap(), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{Ctx, parse, required};
+use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{atomic_write, describe, special_kind};
 use crate::output::Output;
 
@@ -25,6 +25,13 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     let Some(content) = input.content.as_deref() else {
         return Output::error("write: content is required");
     };
+    // A trailing "/" names a directory; dropping it (as the reference's path
+    // cleaning does) would write a file the model did not name.
+    if file_path.ends_with('/') {
+        return Output::error(format!(
+            "write {file_path}: the path ends in \"/\", which names a directory; give the file's path without it"
+        ));
+    }
     let (path, key) = match ctx.target("write", file_path) {
         Ok(t) => t,
         Err(out) => return out,
@@ -42,10 +49,25 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         && !dir.as_os_str().is_empty()
         && let Err(e) = std::fs::create_dir_all(dir)
     {
-        return Output::error(format!("write {file_path}: mkdir: {}", describe(&e)));
+        // create_dir_all reports a file where a directory should be as
+        // "exists"; what is wrong with it is that it is not a directory.
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "not a directory".to_owned()
+        } else {
+            describe(&e)
+        };
+        return Output::error(format!("write {file_path}: mkdir: {why}"));
     }
+    let link = link_target(&path);
     if let Err(e) = atomic_write(&path, content.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("write {file_path}: {}", describe(&e)));
     }
-    Output::ok(format!("wrote {} bytes to {file_path}", content.len()))
+    match link {
+        None => Output::ok(format!("wrote {} bytes to {file_path}", content.len())),
+        Some(t) => Output::ok(format!(
+            "wrote {} bytes to {file_path}{}",
+            content.len(),
+            replaced_link_note(file_path, &t)
+        )),
+    }
 }
