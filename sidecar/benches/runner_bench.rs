@@ -37,7 +37,7 @@ fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_agent-sidecar")))
 }
 
-async fn start() -> Result<Server, Box<dyn std::error::Error>> {
+async fn start(extra: &[&str]) -> Result<Server, Box<dyn std::error::Error>> {
     // BENCH_DIR=/dev/shm separates the runner's cost from the disk's: on
     // ext4, renaming over an existing file starts writeback (auto_da_alloc).
     let dir = match std::env::var_os("BENCH_DIR") {
@@ -57,6 +57,7 @@ async fn start() -> Result<Server, Box<dyn std::error::Error>> {
         .arg(dir.path().join("state"))
         .arg("--spill-dir")
         .arg(dir.path().join("spill"))
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()?;
@@ -88,6 +89,67 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `bash` with a shell parked ahead of each call, next to a runner that
+/// starts every call's shell when the call arrives, and to a bare
+/// `bash -c true` spawned from this process: interleaved call by call, so
+/// the machine's load falls on all three alike.
+async fn bash_side_by_side(
+    parked: &mut Client,
+    count: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let cold_server = start(&["--no-parked-shell"]).await?;
+    let mut cold = Client::connect(&Target::Unix(cold_server.socket.clone())).await?;
+    let input = json!({"command": "echo hi"}).to_string();
+    let (mut a, mut b, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..count + 10 {
+        let t = Instant::now();
+        parked.run(&format!("p{i}"), "bash", &input, false).await?;
+        let pa = t.elapsed();
+        let t = Instant::now();
+        cold.run(&format!("q{i}"), "bash", &input, false).await?;
+        let pb = t.elapsed();
+        let t = Instant::now();
+        let st = tokio::process::Command::new("/bin/bash")
+            .args(["--noprofile", "--norc", "-c", "true"])
+            .status()
+            .await?;
+        let pc = t.elapsed();
+        if !st.success() {
+            return Err("bash -c true failed".into());
+        }
+        if i >= 10 {
+            a.push(pa);
+            b.push(pb);
+            bare.push(pc);
+        }
+    }
+    for v in [&mut a, &mut b, &mut bare] {
+        v.sort();
+    }
+    println!("bash `echo hi`, interleaved, n={count}:");
+    println!(
+        "  parked shell          p50 {:>9}  p99 {:>9}",
+        us(pct(&a, 0.5)),
+        us(pct(&a, 0.99))
+    );
+    println!(
+        "  shell per call        p50 {:>9}  p99 {:>9}",
+        us(pct(&b, 0.5)),
+        us(pct(&b, 0.99))
+    );
+    println!(
+        "  bare `bash -c true`   p50 {:>9}  p99 {:>9}",
+        us(pct(&bare, 0.5)),
+        us(pct(&bare, 0.99))
+    );
+    println!(
+        "  parked / per call {:.2}, parked / bare spawn {:.2}",
+        pct(&a, 0.5).as_secs_f64() / pct(&b, 0.5).as_secs_f64(),
+        pct(&a, 0.5).as_secs_f64() / pct(&bare, 0.5).as_secs_f64()
+    );
+    Ok(())
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -103,7 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
-    let server = start().await?;
+    let server = start(&[]).await?;
     let pid = server.child.id();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_start = rss_kib(pid, "VmRSS");
@@ -205,6 +267,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{label:<10} concurrency {conc:>2}: {rate:>8.0} calls/s");
         }
     }
+    bash_side_by_side(&mut client, iters.div_ceil(3)).await?;
     drop(client);
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!(

@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// 100 KiB of it, the rest is spilled); past it the call is ended.
     #[arg(long, default_value_t = crate::tools::DEFAULT_MAX_CALL_OUTPUT_BYTES)]
     pub max_call_output_bytes: u64,
+    /// Start every bash call's shell when the call arrives, instead of
+    /// keeping one started ahead of the next call (slower; for comparison).
+    #[arg(long)]
+    pub no_parked_shell: bool,
     /// Most spill files kept in --spill-dir; the oldest are removed first.
     #[arg(long, default_value_t = crate::output::DEFAULT_SPILL_MAX_FILES)]
     pub spill_max_files: usize,
@@ -93,6 +97,7 @@ impl ServeArgs {
             max_concurrent_calls: self.max_concurrent_calls,
             call: crate::tools::CallLimits {
                 max_output_bytes: self.max_call_output_bytes,
+                park_shells: !self.no_parked_shell,
             },
             spill_max_files: self.spill_max_files,
             spill_max_bytes: self.spill_max_bytes,

@@ -202,6 +202,9 @@ async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Err
 /// A shell that cannot be started now is not an error: the next call then
 /// starts its own.
 fn park_next(ctx: &Ctx) {
+    if !ctx.limits.park_shells {
+        return;
+    }
     let mut slot = ctx
         .parked
         .lock()

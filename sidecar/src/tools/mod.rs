@@ -63,12 +63,16 @@ pub struct CallLimits {
     /// Most bytes of output a bash or grep call may produce (on disk; the
     /// model sees 100 KiB of it). Past it the call is ended.
     pub max_output_bytes: u64,
+    /// Whether a shell is started ahead of the next bash call (see
+    /// [`shell`]); off, every call starts its own.
+    pub park_shells: bool,
 }
 
 impl Default for CallLimits {
     fn default() -> Self {
         CallLimits {
             max_output_bytes: DEFAULT_MAX_CALL_OUTPUT_BYTES,
+            park_shells: true,
         }
     }
 }
