@@ -36,6 +36,20 @@ pub enum Error {
     )]
     Busy { limit: usize },
 
+    /// A streamed call with this id is still running.
+    #[error("a call with id {id:?} is still running; attach to it, or use another id")]
+    CallRunning { id: String },
+
+    /// The runner remembers as many streamed calls as it may.
+    #[error("the runner already tracks {limit} streamed calls; retry when one has finished")]
+    TooManyCalls { limit: usize },
+
+    /// No streamed call with this id is running or kept.
+    #[error(
+        "no call with id {id:?}: it was never started as a streamed call here, or finished more than 10 minutes ago"
+    )]
+    UnknownCall { id: String },
+
     /// The call id cannot name the call's files.
     #[error("invalid call id: {reason}")]
     InvalidCallId { id: String, reason: String },
@@ -96,6 +110,9 @@ impl Error {
             Error::DisabledTool { .. } => "disabled_tool",
             Error::NotSandboxTool { .. } => "not_sandbox_tool",
             Error::Busy { .. } => "busy",
+            Error::CallRunning { .. } => "call_running",
+            Error::TooManyCalls { .. } => "too_many_calls",
+            Error::UnknownCall { .. } => "unknown_call",
             Error::InvalidCallId { .. } => "invalid_call_id",
             Error::Io { .. } => "io",
             Error::SupervisorGone => "supervisor_gone",
@@ -130,7 +147,9 @@ impl Error {
             Error::NotSandboxTool { .. } | Error::InvalidCallId { .. } => {
                 tonic::Code::InvalidArgument
             }
-            Error::Busy { .. } => tonic::Code::ResourceExhausted,
+            Error::Busy { .. } | Error::TooManyCalls { .. } => tonic::Code::ResourceExhausted,
+            Error::CallRunning { .. } => tonic::Code::AlreadyExists,
+            Error::UnknownCall { .. } => tonic::Code::NotFound,
             Error::Status { code, .. } => *code,
             _ => tonic::Code::Internal,
         };

@@ -20,6 +20,11 @@ pub enum Body {
     /// Output already on disk (bash, grep). The file is consumed: removed when
     /// it fits the budget, moved to the spill location when it does not.
     File(PathBuf),
+    /// Two output files shown one after the other, with a newline between
+    /// them when the second is not empty: a bash call's stdout and stderr,
+    /// in the order the reference gives (stderr first for a failed call).
+    /// Both are consumed.
+    Joined { first: PathBuf, second: PathBuf },
 }
 
 /// One tool outcome on its way to becoming a [`crate::ToolResult`].
@@ -155,6 +160,7 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
                 compose(&clean, &notice, &trailer)
             }
         }
+        Body::Joined { first, second } => joined(&first, &second, budget, id, spill, &trailer),
         Body::File(path) => match read_head(&path, MAX_OUTPUT_BYTES) {
             Ok((head, more)) => {
                 if !more && head.len() <= budget {
@@ -177,6 +183,74 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
         },
     };
     (content, is_error)
+}
+
+/// The joined output of two files, within the budget: read from their
+/// heads when it fits, otherwise spilled whole (a streamed copy of both into
+/// the spill file, never a read into memory) with the notice.
+fn joined(
+    first: &Path,
+    second: &Path,
+    budget: usize,
+    id: &str,
+    spill: &Spill,
+    trailer: &str,
+) -> String {
+    let remove = || {
+        let _ = fs::remove_file(first);
+        let _ = fs::remove_file(second);
+    };
+    let heads = read_head(first, MAX_OUTPUT_BYTES).and_then(|a| Ok((a, read_head(second, MAX_OUTPUT_BYTES)?)));
+    let ((a, a_more), (b, b_more)) = match heads {
+        Ok(h) => h,
+        Err(e) => {
+            remove();
+            return format!(
+                "[the output could not be read back: {}]{trailer}",
+                crate::fsutil::describe(&e)
+            );
+        }
+    };
+    let sep = if b.is_empty() { "" } else { "\n" };
+    let mut head = String::with_capacity(a.len() + sep.len() + b.len());
+    head.push_str(&a);
+    head.push_str(sep);
+    head.push_str(&b);
+    if !a_more && !b_more && head.len() <= budget {
+        remove();
+        head.push_str(trailer);
+        return head;
+    }
+    let notice = spill_joined(first, second, sep, id, spill);
+    remove();
+    compose(&head, &notice, trailer)
+}
+
+fn spill_joined(first: &Path, second: &Path, sep: &str, id: &str, spill: &Spill) -> String {
+    let path = match spill.path_for(id) {
+        Ok(p) => p,
+        Err(e) => return lost_notice(&e),
+    };
+    let copy = || -> io::Result<u64> {
+        fs::create_dir_all(&spill.dir)?;
+        let mut out = fs::File::create(&path)?;
+        let mut n = io::copy(&mut File::open(first)?, &mut out)?;
+        io::Write::write_all(&mut out, sep.as_bytes())?;
+        n += sep.len() as u64;
+        n += io::copy(&mut File::open(second)?, &mut out)?;
+        Ok(n)
+    };
+    match copy() {
+        Ok(size) => {
+            spill.prune(&path);
+            notice_for(&path, size)
+        }
+        Err(e) => lost_notice(&format!(
+            "{}: {}",
+            path.display(),
+            crate::fsutil::describe(&e)
+        )),
+    }
 }
 
 /// head, cut so that head + "\n" + notice + trailer fits the budget.

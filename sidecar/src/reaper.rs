@@ -170,7 +170,7 @@ impl Spawned {
             sup: sup.clone(),
             started,
         };
-        let over_limit = watch_output(limits.output.as_ref());
+        let over_limit = watch_output(limits.output.as_ref(), limits.cancel.clone());
         let reason = tokio::select! {
             res = &mut exit => {
                 guard.pid = None;
@@ -180,7 +180,7 @@ impl Spawned {
                 };
             }
             () = tokio::time::sleep(limits.timeout) => Ended::Timeout,
-            cap = over_limit => Ended::OutputLimit(cap),
+            ended = over_limit => ended,
         };
         guard.pid = None;
         let report = end(pid, marker.as_deref(), &sup, started);
@@ -195,18 +195,35 @@ impl Spawned {
     }
 }
 
-/// Resolves (with the cap) once the file grows past it; never without one.
-async fn watch_output(limit: Option<&(std::fs::File, u64)>) -> u64 {
-    let Some((file, cap)) = limit else {
-        return std::future::pending().await;
-    };
-    let mut tick = tokio::time::interval(OUTPUT_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if file.metadata().map(|m| m.len() > *cap).unwrap_or(false) {
-            return *cap;
+/// Resolves once the files together grow past their cap, or the call is
+/// cancelled; never without either.
+async fn watch_output(limit: Option<&OutputCap>, cancel: Option<Arc<tokio::sync::Notify>>) -> Ended {
+    let cancelled = async {
+        match cancel {
+            Some(n) => n.notified().await,
+            None => std::future::pending().await,
         }
+    };
+    let over = async {
+        let Some(OutputCap { files, cap }) = limit else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(OUTPUT_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let total: u64 = files
+                .iter()
+                .map(|f| f.metadata().map(|m| m.len()).unwrap_or(0))
+                .sum();
+            if total > *cap {
+                return *cap;
+            }
+        }
+    };
+    tokio::select! {
+        () = cancelled => Ended::Cancelled,
+        cap = over => Ended::OutputLimit(cap),
     }
 }
 
@@ -240,17 +257,17 @@ fn end(
 #[derive(Debug)]
 pub struct Limits {
     pub timeout: Duration,
-    /// The call's output file and the most bytes it may hold.
-    pub output: Option<(std::fs::File, u64)>,
+    /// The call's output files and the most bytes they may hold together.
+    pub output: Option<OutputCap>,
+    /// Notified to cancel the call (a streamed call's `Cancel`).
+    pub cancel: Option<Arc<tokio::sync::Notify>>,
 }
 
-impl Limits {
-    pub fn timeout(timeout: Duration) -> Self {
-        Limits {
-            timeout,
-            output: None,
-        }
-    }
+/// Output files watched against a cap.
+#[derive(Debug)]
+pub struct OutputCap {
+    pub files: Vec<std::fs::File>,
+    pub cap: u64,
 }
 
 /// Why a call was ended before it finished.
@@ -259,6 +276,8 @@ pub enum Ended {
     Timeout,
     /// The output passed this many bytes.
     OutputLimit(u64),
+    /// The executor cancelled the call.
+    Cancelled,
 }
 
 /// The outcome of [`Spawned::wait`].

@@ -9,6 +9,7 @@ use serde::Serialize;
 use toolset::{PermissionPolicy, ResolvedToolset};
 
 use crate::Error;
+use crate::calls::Record;
 use crate::guard::Protected;
 use crate::output::{Output, Spill, finish};
 use crate::reaper::Supervisor;
@@ -113,6 +114,8 @@ struct Inner {
     last_activity: std::sync::Mutex<Instant>,
     /// One permit per call being run.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Streamed calls by id.
+    calls: crate::calls::Calls,
     max_concurrent_calls: usize,
 }
 
@@ -169,6 +172,7 @@ impl Runner {
                 toolset: std::sync::RwLock::new(Arc::new(config.toolset)),
                 last_activity: std::sync::Mutex::new(Instant::now()),
                 slots: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_calls)),
+                calls: crate::calls::Calls::default(),
                 max_concurrent_calls: limits.max_concurrent_calls,
             }),
         })
@@ -234,10 +238,60 @@ impl Runner {
             return res;
         };
         self.touch();
-        let res = self.run_inner(id, name, input, confirmed).await;
+        let res = self.run_inner(id, name, input, confirmed, None).await;
         self.touch();
         crate::telemetry::record_run(name, started.elapsed(), &res);
         res
+    }
+
+    /// Starts a call that runs to its end whatever happens to the caller's
+    /// connection, and returns its record to follow, re-attach to (by id,
+    /// [`Runner::call`]) or cancel. Its result is the one [`Runner::run`]
+    /// gives for the same call. Refusals before the call starts (busy, an
+    /// id still running) are errors here.
+    pub fn start(
+        &self,
+        id: &str,
+        name: &str,
+        input: Vec<u8>,
+        confirmed: bool,
+    ) -> Result<Arc<Record>, Error> {
+        let started = Instant::now();
+        let slot = Arc::clone(&self.inner.slots)
+            .try_acquire_owned()
+            .map_err(|_| Error::Busy {
+                limit: self.inner.max_concurrent_calls,
+            });
+        let slot = match slot {
+            Ok(s) => s,
+            Err(e) => {
+                let res = Err(e);
+                crate::telemetry::record_run(name, started.elapsed(), &res);
+                return Err(res.err().unwrap_or(Error::SupervisorGone));
+            }
+        };
+        let record = self.inner.calls.begin(id)?;
+        let (this, rec, id, name) = (self.clone(), Arc::clone(&record), id.to_owned(), name.to_owned());
+        tokio::spawn(async move {
+            let _slot = slot;
+            this.touch();
+            let res = this.run_inner(&id, &name, &input, confirmed, Some(&rec)).await;
+            this.touch();
+            crate::telemetry::record_run(&name, started.elapsed(), &res);
+            if let Err(e) = &res {
+                tracing::warn!(id = %id, tool = %name, error = %e, "streamed call not run");
+            }
+            rec.finish(res.map_err(|e| e.to_status()));
+        });
+        Ok(record)
+    }
+
+    /// A streamed call, running or finished within the retention bound.
+    pub fn call(&self, id: &str) -> Result<Arc<Record>, Error> {
+        self.inner
+            .calls
+            .get(id)
+            .ok_or_else(|| Error::UnknownCall { id: id.to_owned() })
     }
 
     async fn run_inner(
@@ -246,6 +300,7 @@ impl Runner {
         name: &str,
         input: &[u8],
         confirmed: bool,
+        live: Option<&Record>,
     ) -> Result<ToolResult, Error> {
         toolset::spill_file_name(id).map_err(|e| Error::InvalidCallId {
             id: id.to_owned(),
@@ -259,7 +314,7 @@ impl Runner {
         let (content, is_error) = match name {
             "bash" | "grep" => {
                 let out = if name == "bash" {
-                    tools::bash::run(&self.inner.ctx, input).await?
+                    tools::bash::run(&self.inner.ctx, input, live).await?
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };

@@ -12,6 +12,8 @@
 //! ends when the shell does. A timeout SIGKILLs the whole process group.
 
 use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -21,7 +23,8 @@ use super::{Ctx, parse};
 use crate::Error;
 use crate::output::{Body, Output};
 use crate::procs::MARKER_VAR;
-use crate::reaper::{Ended, Exit, Limits, Waited, group_alive, kill_group};
+use crate::calls::Record;
+use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited, group_alive, kill_group};
 
 #[derive(Deserialize)]
 struct Input {
@@ -31,7 +34,7 @@ struct Input {
     timeout_ms: Option<i64>,
 }
 
-pub async fn run(ctx: &Ctx, input: &[u8]) -> Result<Output, Error> {
+pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Output, Error> {
     let input: Input = match parse("bash", input) {
         Ok(i) => i,
         Err(out) => return Ok(out),
@@ -41,7 +44,8 @@ pub async fn run(ctx: &Ctx, input: &[u8]) -> Result<Output, Error> {
         Ok(t) => t,
         Err(out) => return Ok(out),
     };
-    let command = input.command.filter(|c| !c.trim().is_empty());
+    // Only an empty command is missing: "   " is a command (it does nothing).
+    let command = input.command.filter(|c| !c.is_empty());
     if command.as_deref().is_some_and(|c| c.contains('\0')) {
         return Ok(Output::error(
             "bash: command contains a NUL byte, which a shell command cannot hold",
@@ -57,7 +61,7 @@ pub async fn run(ctx: &Ctx, input: &[u8]) -> Result<Output, Error> {
         return Ok(Output::error("bash: command is required"));
     };
 
-    exec(ctx, &command, timeout).await
+    exec(ctx, &command, timeout, live).await
 }
 
 /// `timeout_ms`: absent or 0 means the default; over the maximum is refused
@@ -106,7 +110,12 @@ fn restart(ctx: &Ctx) -> Result<(), Error> {
     })
 }
 
-async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Error> {
+async fn exec(
+    ctx: &Ctx,
+    command: &str,
+    timeout: Duration,
+    live: Option<&Record>,
+) -> Result<Output, Error> {
     let loaded = ctx.snapshot.load();
     let state = loaded.state.as_deref().unwrap_or(&ctx.initial_state);
     let payload = shell::payload(state, command);
@@ -128,21 +137,30 @@ async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Err
     let Shell {
         spawned,
         out_path,
+        err_path,
         watched,
         next_snapshot,
         ..
     } = sh;
     let pgid = spawned.pid;
     remember_group(ctx, pgid);
+    if let Some(r) = live {
+        r.running(out_path.clone(), err_path.clone());
+    }
 
     let limits = Limits {
         timeout,
-        output: Some((watched, ctx.limits.max_output_bytes)),
+        output: Some(OutputCap {
+            files: watched,
+            cap: ctx.limits.max_output_bytes,
+        }),
+        cancel: live.map(|r| Arc::clone(&r.cancel)),
     };
     let waited = match spawned.wait(limits).await {
         Ok(w) => w,
         Err(e) => {
             let _ = fs::remove_file(&out_path);
+            let _ = fs::remove_file(&err_path);
             let _ = fs::remove_file(&next_snapshot);
             return Err(e);
         }
@@ -183,6 +201,7 @@ async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Err
                 Ended::OutputLimit(cap) => {
                     format!("stopped: the output passed {cap} bytes, the most one call may write")
                 }
+                Ended::Cancelled => "cancelled".to_owned(),
             };
             trailer.push_str(&format!(
                 "\n{why}: {}; the shell state is as it was before this call",
@@ -192,10 +211,28 @@ async fn exec(ctx: &Ctx, command: &str, timeout: Duration) -> Result<Output, Err
         }
     };
     Ok(Output {
-        body: Body::File(out_path),
+        body: joined_output(out_path, err_path, is_error),
         trailer,
         is_error,
     })
+}
+
+/// stdout, then stderr -- stderr first when the call failed, where the
+/// reason usually is -- as the reference joins them; "(no output)" for a
+/// failed call that printed nothing.
+fn joined_output(stdout: PathBuf, stderr: PathBuf, failed: bool) -> Body {
+    let empty = |p: &PathBuf| fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true);
+    if failed && empty(&stdout) && empty(&stderr) {
+        let _ = fs::remove_file(&stdout);
+        let _ = fs::remove_file(&stderr);
+        return Body::Text("(no output)".into());
+    }
+    let (first, second) = if failed {
+        (stderr, stdout)
+    } else {
+        (stdout, stderr)
+    };
+    Body::Joined { first, second }
 }
 
 /// Starts the shell the next call will use, unless one is already parked.

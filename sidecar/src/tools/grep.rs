@@ -14,7 +14,7 @@ use super::{Ctx, look_path, parse, required};
 use crate::Error;
 use crate::fsutil::describe;
 use crate::output::{Body, Output};
-use crate::reaper::{Ended, Exit, Limits, Waited};
+use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited};
 
 /// Most of grep's stderr quoted back in an error.
 const STDERR_LIMIT: usize = 4 << 10;
@@ -119,7 +119,11 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
     };
     let limits = Limits {
         timeout: toolset::DEFAULT_TIMEOUT,
-        output: Some((watched, ctx.limits.max_output_bytes)),
+        output: Some(OutputCap {
+            files: vec![watched],
+            cap: ctx.limits.max_output_bytes,
+        }),
+        cancel: None,
     };
     let waited = match spawned.wait(limits).await {
         Ok(w) => w,
@@ -146,6 +150,13 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
                 "grep: timed out after {}ms; narrow the path or the pattern",
                 timeout_ms(toolset::DEFAULT_TIMEOUT)
             ))
+        }
+        Waited::Ended {
+            reason: Ended::Cancelled,
+            ..
+        } => {
+            cleanup(false);
+            Output::error("grep: cancelled")
         }
         Waited::Ended {
             reason: Ended::OutputLimit(cap),

@@ -72,9 +72,11 @@ pub struct Shell {
     pub spawned: Spawned,
     /// The runner's handle on the shell's stdin.
     input: File,
-    /// Where the command's output goes, and a handle to watch its size.
+    /// Where the command's stdout and stderr go, and handles to watch their
+    /// size.
     pub out_path: PathBuf,
-    pub watched: File,
+    pub err_path: PathBuf,
+    pub watched: Vec<File>,
     /// Where the shell writes the session's next snapshot.
     pub next_snapshot: PathBuf,
     parked: bool,
@@ -130,35 +132,44 @@ pub fn initial_state() -> Vec<u8> {
 /// parks until [`Shell::start`].
 pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
     let out_path = ctx.call_file("shell", "out");
+    let err_path = ctx.call_file("shell", "err");
     let next_snapshot = ctx.call_file("shell", "snap");
-    let out = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&out_path)
-        .map_err(|e| Error::io(format!("bash: cannot create {}", out_path.display()), e))?;
+    let remove = || {
+        let _ = std::fs::remove_file(&out_path);
+        let _ = std::fs::remove_file(&err_path);
+    };
+    let create = |p: &PathBuf| {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(p)
+            .map_err(|e| Error::io(format!("bash: cannot create {}", p.display()), e))
+    };
     let dup = |f: &File| {
         f.try_clone()
-            .map_err(|e| Error::io("bash: cannot duplicate the output file", e))
+            .map_err(|e| Error::io("bash: cannot duplicate an output file", e))
     };
-    let (err, watched) = match (dup(&out), dup(&out)) {
-        (Ok(e), Ok(w)) => (e, w),
-        (Err(e), _) | (_, Err(e)) => {
-            let _ = std::fs::remove_file(&out_path);
+    let files = create(&out_path).and_then(|out| {
+        let err = create(&err_path)?;
+        let watched = vec![dup(&out)?, dup(&err)?];
+        Ok((out, err, watched))
+    });
+    let (out, err, watched) = match files {
+        Ok(f) => f,
+        Err(e) => {
+            remove();
             return Err(e);
         }
     };
-    let input = match private_file(payload.unwrap_or_default()) {
+    let input = private_file(payload.unwrap_or_default()).and_then(|f| {
+        let stdin = f.try_clone()?;
+        Ok((f, stdin))
+    });
+    let (input, stdin) = match input {
         Ok(f) => f,
         Err(e) => {
-            let _ = std::fs::remove_file(&out_path);
-            return Err(Error::io("bash: cannot make the shell's input", e));
-        }
-    };
-    let stdin = match input.try_clone() {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = std::fs::remove_file(&out_path);
+            remove();
             return Err(Error::io("bash: cannot make the shell's input", e));
         }
     };
@@ -176,7 +187,7 @@ pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
     let spawned = match ctx.supervisor.spawn(&mut cmd) {
         Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
         Err(e) => {
-            let _ = std::fs::remove_file(&out_path);
+            remove();
             return Err(Error::io(format!("bash: cannot start {BASH}"), e));
         }
     };
@@ -184,6 +195,7 @@ pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
         spawned,
         input,
         out_path,
+        err_path,
         watched,
         next_snapshot,
         parked: payload.is_none(),
@@ -228,6 +240,7 @@ impl Shell {
     pub fn discard(self) {
         crate::reaper::kill_group(self.spawned.pid);
         let _ = std::fs::remove_file(&self.out_path);
+        let _ = std::fs::remove_file(&self.err_path);
         let _ = std::fs::remove_file(&self.next_snapshot);
     }
 }
