@@ -25,7 +25,7 @@ cargo fmt --all -- --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "Python environment with the MCP SDK (for a real MCP server)"
+step "Python environment: the MCP SDK (a real MCP server), grpcio (stock gRPC clients of the runner)"
 AGENTPLANE_PYTHON=$(scripts/python-env.sh)
 export AGENTPLANE_PYTHON
 
