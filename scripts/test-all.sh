@@ -29,6 +29,10 @@ step "Python environment: the MCP SDK (a real MCP server), grpcio (stock gRPC cl
 AGENTPLANE_PYTHON=$(scripts/python-env.sh)
 export AGENTPLANE_PYTHON
 
+step "grpcurl, a stock grpc-go client of the runner (Go module proxy, cached)"
+AGENTPLANE_GRPCURL=$(sidecar/tests/interop/grpcurl.sh)
+export AGENTPLANE_GRPCURL
+
 step "cargo test: unit, property and process-level tests"
 cargo test --workspace --locked --exclude e2e
 

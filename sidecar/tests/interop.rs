@@ -229,3 +229,78 @@ async fn reflection_v1_lists_services_and_serves_the_runner_descriptor() {
     let methods: Vec<&str> = svc.method.iter().map(|m| m.name()).collect();
     assert_eq!(methods, ["Run", "ListTools"]);
 }
+
+/// grpcurl (grpc-go, reflection v1), `$AGENTPLANE_GRPCURL` or built once
+/// from the Go module proxy by tests/interop/grpcurl.sh.
+fn grpcurl() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("AGENTPLANE_GRPCURL") {
+            return PathBuf::from(p);
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/grpcurl.sh");
+        let out = Command::new(script).output().expect("run grpcurl.sh");
+        assert!(
+            out.status.success(),
+            "tests/interop/grpcurl.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+fn run_grpcurl(args: &[&str]) -> String {
+    let out = Command::new(grpcurl())
+        .args(args)
+        .output()
+        .expect("run grpcurl");
+    assert!(
+        out.status.success(),
+        "grpcurl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The commands docs/runner.md shows, on the socket and on TCP: the service
+/// list and a Run call, with no .proto file (reflection only).
+#[tokio::test]
+async fn grpcurl_lists_services_and_calls_run_through_reflection() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let s = Sidecar::start_with(&["--listen", &addr]).await;
+    // grpcurl v1.9.3's `-unix PATH` dials TCP (its own bug); the `unix://`
+    // target is grpc-go's standard form.
+    let unix = format!("unix://{}", s.socket.display());
+    let targets: [(&[&str], &str); 2] = [(&["-plaintext"], &unix), (&["-plaintext"], &addr)];
+    for (flags, address) in targets {
+        let list = run_grpcurl(&[flags, &[address, "list"]].concat());
+        let mut services: Vec<&str> = list.lines().collect();
+        services.sort();
+        assert_eq!(
+            services,
+            [
+                RUNNER,
+                HEALTH,
+                "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection",
+            ]
+        );
+        let desc = run_grpcurl(&[flags, &[address, "describe", RUNNER]].concat());
+        assert!(
+            desc.contains("rpc Run ( .agentplane.runner.v1.RunRequest ) returns ( .agentplane.runner.v1.RunResponse );"),
+            "{desc}"
+        );
+        let req = serde_json::json!({
+            "id": "grpcurl-1",
+            "name": "bash",
+            "input_json": serde_json::json!({"command": "echo via grpcurl"}).to_string(),
+        })
+        .to_string();
+        let method = format!("{RUNNER}/Run");
+        let out = run_grpcurl(&[flags, &["-d", &req, address, &method]].concat());
+        let v: Value = serde_json::from_str(&out).expect("grpcurl prints JSON");
+        assert_eq!(v["content"], "via grpcurl\n", "{out}");
+        // proto3 JSON leaves a false bool out.
+        assert!(v.get("isError").is_none(), "{out}");
+    }
+}

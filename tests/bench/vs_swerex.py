@@ -17,7 +17,8 @@ Per operation and column: --warmup calls, then --iterations timed calls
   swerex client  SWE-ReX's own RemoteRuntime (aiohttp, a new connection per
                  request, as SWE-agent uses it)
 
-Operations: bash `echo hi` in a persistent shell session (runner: the bash
+Operations: noop (the floor of transport and client: the runner's health
+check, SWE-ReX's GET /is_alive), bash `echo hi` in a persistent shell session (runner: the bash
 tool, whose state persists across calls; SWE-ReX: run_in_session in a bash
 session created once), read of a 1 KiB file, write of a 1 KiB file, and
 edit. SWE-ReX has no edit: it is emulated as read_file + write_file with the
@@ -136,6 +137,10 @@ class Runner:
         self.edit_name = edit_name
         self.channel = grpc.insecure_channel(target)
         self.stub = pb2_grpc.RunnerStub(self.channel)
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        self.health_pb2 = health_pb2
+        self.health = health_pb2_grpc.HealthStub(self.channel)
         self.files = files
         self.n = 0
         self.mark = MARK_A
@@ -149,6 +154,11 @@ class Runner:
         if r.is_error:
             raise RuntimeError(f"{name} failed: {r.content}")
         return r.content
+
+    def noop(self):
+        r = self.health.Check(self.health_pb2.HealthCheckRequest(), timeout=60)
+        if r.status != self.health_pb2.HealthCheckResponse.SERVING:
+            raise RuntimeError("runner not serving")
 
     def bash(self):
         return self.call("bash", {"command": "echo hi"})
@@ -177,10 +187,17 @@ class SwerexHttp:
 
     def __init__(self, port, token, files, edit_name):
         self.edit_name = edit_name
+        self.port = port
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         self.headers = {"X-API-Key": token, "Content-Type": "application/json"}
         self.files = files
         self.mark = MARK_A
+
+    def reconnect(self):
+        """uvicorn closes a connection idle for 5 s: called before each
+        column, so its warm-up and timed calls share one fresh connection."""
+        self.conn.close()
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
 
     def post(self, endpoint, payload):
         self.conn.request("POST", f"/{endpoint}", body=json.dumps(payload), headers=self.headers)
@@ -189,6 +206,13 @@ class SwerexHttp:
         if r.status != 200:
             raise RuntimeError(f"{endpoint}: HTTP {r.status}: {body[:500]!r}")
         return json.loads(body)
+
+    def noop(self):
+        self.conn.request("GET", "/is_alive", headers=self.headers)
+        r = self.conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"is_alive: HTTP {r.status}: {body[:500]!r}")
 
     def bash(self):
         return self.post(
@@ -222,6 +246,10 @@ class SwerexClient:
         self.rt = RemoteRuntime(host="http://127.0.0.1", port=port, auth_token=token)
         self.files = files
         self.mark = MARK_A
+
+    async def noop(self):
+        if not (await self.rt.is_alive()).is_alive:
+            raise RuntimeError("swerex-remote not alive")
 
     async def bash(self):
         from swerex.runtime.abstract import BashAction
@@ -362,12 +390,13 @@ def main():
         with open(os.path.join(rex_files, "edit-http.txt")) as f:
             assert f.read() == EDIT_TEXT
 
-        ops = ["bash", "read", "write", "edit"]
+        ops = ["noop", "bash", "read", "write", "edit"]
         results = {}
         n, w = args.iterations, args.warmup
         for op in ops:
             results[(op, "runner unix")] = timed(getattr(ours_unix, op), w, n)
             results[(op, "runner tcp")] = timed(getattr(ours_tcp, op), w, n)
+            rex_http.reconnect()
             results[(op, "swerex http")] = timed(getattr(rex_http, op), w, n)
 
             async def client_col(op=op):
@@ -408,6 +437,7 @@ def main():
             row += f"{pct(results[(op, 'swerex client')], 50) / base:>16.1f}x"
             print(row)
         print()
+        print("noop: the transport and client floor -- runner: grpc.health.v1.Health/Check; SWE-ReX: GET /is_alive.")
         print("edit on SWE-ReX: no edit endpoint; emulated as read_file + write_file (two round trips).")
         print("bash on SWE-ReX: run_in_session in one bash session (pexpect); on the runner: the bash tool.")
         print()
