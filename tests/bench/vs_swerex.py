@@ -27,8 +27,10 @@ replacement done in the client, two round trips, and labelled so.
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import importlib
+import io
 import json
 import math
 import os
@@ -63,25 +65,68 @@ def pct(samples, p):
     return s[max(0, math.ceil(p / 100 * len(s)) - 1)]
 
 
-def timed(fn, warmup, iterations):
+class Failures:
+    """Calls that raised or answered wrongly: counted per cell and printed,
+    left out of the percentiles. (SWE-ReX's bash gives up on its PS1 after a
+    hard-coded 0.1 s, which a loaded machine can exceed.)"""
+
+    def __init__(self):
+        self.count = {}
+        self.first = {}
+
+    def note(self, key, what):
+        self.count[key] = self.count.get(key, 0) + 1
+        self.first.setdefault(key, what)
+
+
+FAILURES = Failures()
+
+
+def ok_bash(out):
+    return out is not None and out.strip() == "hi"
+
+
+def timed(key, fn, warmup, iterations, check=None):
     for _ in range(warmup):
-        fn()
+        try:
+            fn()
+        except Exception:
+            pass
     out = []
     for _ in range(iterations):
         t = time.perf_counter_ns()
-        fn()
-        out.append(time.perf_counter_ns() - t)
+        try:
+            r = fn()
+        except Exception as e:
+            FAILURES.note(key, f"{type(e).__name__}: {e}")
+            continue
+        dt = time.perf_counter_ns() - t
+        if check is not None and not check(r):
+            FAILURES.note(key, f"wrong answer: {r!r}")
+            continue
+        out.append(dt)
     return out
 
 
-async def atimed(fn, warmup, iterations):
+async def atimed(key, fn, warmup, iterations, check=None):
     for _ in range(warmup):
-        await fn()
+        try:
+            await fn()
+        except Exception:
+            pass
     out = []
     for _ in range(iterations):
         t = time.perf_counter_ns()
-        await fn()
-        out.append(time.perf_counter_ns() - t)
+        try:
+            r = await fn()
+        except Exception as e:
+            FAILURES.note(key, f"{type(e).__name__}: {e}")
+            continue
+        dt = time.perf_counter_ns() - t
+        if check is not None and not check(r):
+            FAILURES.note(key, f"wrong answer: {r!r}")
+            continue
+        out.append(dt)
     return out
 
 
@@ -292,8 +337,8 @@ def spawn_times(iterations, warmup):
             raise RuntimeError("bash -c true failed")
 
     return {
-        "subprocess.run": timed(run, warmup, iterations),
-        "os.posix_spawn + waitpid": timed(pspawn, warmup, iterations),
+        "subprocess.run": timed(("spawn", "subprocess.run"), run, warmup, iterations),
+        "os.posix_spawn + waitpid": timed(("spawn", "posix_spawn"), pspawn, warmup, iterations),
     }
 
 
@@ -394,15 +439,18 @@ def main():
         results = {}
         n, w = args.iterations, args.warmup
         for op in ops:
-            results[(op, "runner unix")] = timed(getattr(ours_unix, op), w, n)
-            results[(op, "runner tcp")] = timed(getattr(ours_tcp, op), w, n)
-            rex_http.reconnect()
-            results[(op, "swerex http")] = timed(getattr(rex_http, op), w, n)
+            check = ok_bash if op == "bash" else None
+            for col, client in (("runner unix", ours_unix), ("runner tcp", ours_tcp), ("swerex http", rex_http)):
+                if client is rex_http:
+                    rex_http.reconnect()
+                results[(op, col)] = timed((op, col), getattr(client, op), w, n, check)
 
-            async def client_col(op=op):
-                return await atimed(getattr(rex_client, op), w, n)
+            async def client_col(op=op, check=check):
+                return await atimed((op, "swerex client"), getattr(rex_client, op), w, n, check)
 
-            results[(op, "swerex client")] = asyncio.run(client_col())
+            # RemoteRuntime prints the class of every exception it re-raises.
+            with contextlib.redirect_stdout(io.StringIO()):
+                results[(op, "swerex client")] = asyncio.run(client_col())
         spawns = spawn_times(n, w)
         ours_unix.close()
         ours_tcp.close()
@@ -437,6 +485,12 @@ def main():
             row += f"{pct(results[(op, 'swerex client')], 50) / base:>16.1f}x"
             print(row)
         print()
+        if FAILURES.count:
+            print("failed calls (left out of the percentiles):")
+            for (op, col), k in sorted(FAILURES.count.items()):
+                print(f"  {op} / {col}: {k} of {n}; first: {FAILURES.first[(op, col)][:160]}")
+        else:
+            print("failed calls: none")
         print("noop: the transport and client floor -- runner: grpc.health.v1.Health/Check; SWE-ReX: GET /is_alive.")
         print("edit on SWE-ReX: no edit endpoint; emulated as read_file + write_file (two round trips).")
         print("bash on SWE-ReX: run_in_session in one bash session (pexpect); on the runner: the bash tool.")
@@ -446,9 +500,16 @@ def main():
             print(f"  {k:<26} p50 {fmt(pct(s, 50))}, p99 {fmt(pct(s, 99))}")
         print()
         print("targets (runner, tmpfs): bash p50 <= 2.5 ms; read/write/edit p50 <= 150 us")
+        print("  (the second figure takes the noop p50 -- this Python client's own floor -- off;")
+        print("  it approximates the runner's share, it is not a measurement of it)")
+        floor = pct(results[("noop", "runner unix")], 50)
         for op, target in (("bash", 2_500_000), ("read", 150_000), ("write", 150_000), ("edit", 150_000)):
             p50 = pct(results[(op, "runner unix")], 50)
-            print(f"  {op:<6} runner unix p50 {fmt(p50):>9}: {'met' if p50 <= target else 'NOT met'}")
+            net = p50 - floor
+            print(
+                f"  {op:<6} runner unix p50 {fmt(p50):>9}, less the floor {fmt(net):>9}: "
+                f"{'met' if p50 <= target else 'met less the floor' if net <= target else 'NOT met'}"
+            )
     finally:
         for p in procs:
             stop(p)
