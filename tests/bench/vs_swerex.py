@@ -18,10 +18,10 @@ Per operation and column: --warmup calls, then --iterations timed calls
                  request, as SWE-agent uses it)
 
 Operations: noop (the floor of transport and client: the runner's health
-check, SWE-ReX's GET /is_alive), bash `echo hi` in a persistent shell session (runner: the bash
-tool, whose state persists across calls; SWE-ReX: run_in_session in a bash
-session created once), read of a 1 KiB file, write of a 1 KiB file, and
-edit. SWE-ReX has no edit: it is emulated as read_file + write_file with the
+check, SWE-ReX's GET /is_alive), bash `echo hi` in a persistent shell
+session (runner: the bash tool, whose state persists across calls; SWE-ReX:
+run_in_session in a bash session created once), read of a 1 KiB file, write
+of a 1 KiB file, and edit. SWE-ReX has no edit: it is emulated as read_file + write_file with the
 replacement done in the client, two round trips, and labelled so.
 """
 
