@@ -25,9 +25,13 @@ cargo fmt --all -- --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "Python environment with the MCP SDK (for a real MCP server)"
+step "Python environment: the MCP SDK (a real MCP server), grpcio (stock gRPC clients of the runner)"
 AGENTPLANE_PYTHON=$(scripts/python-env.sh)
 export AGENTPLANE_PYTHON
+
+step "grpcurl, a stock grpc-go client of the runner (Go module proxy, cached)"
+AGENTPLANE_GRPCURL=$(sidecar/tests/interop/grpcurl.sh)
+export AGENTPLANE_GRPCURL
 
 step "cargo test: unit, property and process-level tests"
 cargo test --workspace --locked --exclude e2e

@@ -10,6 +10,7 @@
 //! output budget, metric); [`tools`] holds one module per tool; [`service`],
 //! [`client`] and [`cli`] are the gRPC surface and the binary around it.
 
+pub mod authority;
 pub mod calls;
 pub mod cli;
 pub mod client;

@@ -1,5 +1,8 @@
-//! The gRPC surface: the Runner service, the standard health service, and
-//! serving them on a Unix socket (and optionally loopback TCP) until SIGTERM.
+//! The gRPC surface: the Runner service, the standard health and reflection
+//! services, and serving them on a Unix socket (and optionally loopback TCP)
+//! until SIGTERM. Every accepted connection goes through
+//! [`AuthorityFix`](crate::authority::AuthorityFix), so stock gRPC clients
+//! that send the socket path as `:authority` are served too.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,9 +12,11 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, watch};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
+use crate::authority::AuthorityFix;
 use crate::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
 use crate::proto::{ListToolsRequest, ListToolsResponse, RunRequest, RunResponse, ToolDefinition};
 use crate::{Error, Runner};
@@ -124,6 +129,17 @@ pub struct Listen {
     pub tcp: Option<SocketAddr>,
 }
 
+/// The reflection builder: the runner's own proto, the health service's and
+/// both reflection versions', so a client such as grpcurl or grpcui needs no
+/// .proto file and either version lists every service served.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)
+}
+
 /// Binds the socket with mode 0600 and replaces a stale one left by a runner
 /// that died; refuses to steal a socket a live runner still answers on.
 async fn bind_socket(path: &Path) -> Result<UnixListener, Error> {
@@ -182,6 +198,12 @@ pub async fn serve(
     let svc = Service::new(runner);
     let in_flight = svc.in_flight.clone();
     let service = RunnerServer::new(svc);
+    // Both protocol versions: grpcurl and grpc-go speak v1, grpcio's
+    // reflection client and older tools v1alpha.
+    let reflection_error =
+        |e: tonic_reflection::server::Error| Error::Usage(format!("reflection service: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -189,18 +211,31 @@ pub async fn serve(
     };
 
     tracing::info!(socket = %listen.socket.display(), tcp = ?listen.tcp, "serving");
+    let unix_incoming = UnixListenerStream::new(unix).map(|c| c.map(AuthorityFix::new));
     let unix_server = tonic::transport::Server::builder()
         .add_service(health_service.clone())
         .add_service(service.clone())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), stopped(stop_rx.clone()));
+        .add_service(reflection_v1.clone())
+        .add_service(reflection_v1alpha.clone())
+        .serve_with_incoming_shutdown(unix_incoming, stopped(stop_rx.clone()));
     let tcp_server = async {
         match tcp {
             Some(l) => {
-                let incoming = TcpListenerStream::new(l);
+                // `Server::tcp_nodelay` only applies to listeners tonic binds
+                // itself; without it small responses wait on Nagle.
+                let incoming = TcpListenerStream::new(l).map(|c| {
+                    c.map(|s| {
+                        if let Err(e) = s.set_nodelay(true) {
+                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                        AuthorityFix::new(s)
+                    })
+                });
                 tonic::transport::Server::builder()
-                    .tcp_nodelay(true)
                     .add_service(health_service)
                     .add_service(service)
+                    .add_service(reflection_v1)
+                    .add_service(reflection_v1alpha)
                     .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()))
                     .await
             }
