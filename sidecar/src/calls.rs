@@ -95,9 +95,7 @@ impl Calls {
             return Err(Error::CallRunning { id: id.to_owned() });
         }
         if map.len() >= MAX_RECORDS {
-            return Err(Error::TooManyCalls {
-                limit: MAX_RECORDS,
-            });
+            return Err(Error::TooManyCalls { limit: MAX_RECORDS });
         }
         let record = Arc::new(Record::new(id.to_owned()));
         map.insert(id.to_owned(), Arc::clone(&record));

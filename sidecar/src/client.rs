@@ -13,7 +13,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::proto::runner_client::RunnerClient;
-use crate::proto::{ListToolsRequest, RunRequest, ToolDefinition};
+use crate::proto::{
+    AttachRequest, CancelRequest, ListToolsRequest, RunEvent, RunRequest, ToolDefinition,
+};
 use crate::{Error, ToolResult};
 
 /// Where the runner listens.
@@ -98,6 +100,57 @@ impl Client {
             content: resp.content,
             is_error: resp.is_error,
         })
+    }
+
+    /// Starts a streamed call; the events end with its result.
+    pub async fn run_stream(
+        &mut self,
+        id: &str,
+        name: &str,
+        input_json: &str,
+        confirmed: bool,
+    ) -> Result<tonic::Streaming<RunEvent>, Error> {
+        Ok(self
+            .runner
+            .run_stream(RunRequest {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                input_json: input_json.to_owned(),
+                confirmed,
+            })
+            .await
+            .map_err(|s| Error::from_status(&s))?
+            .into_inner())
+    }
+
+    /// Re-attaches to a streamed call, from the output already received.
+    pub async fn attach(
+        &mut self,
+        id: &str,
+        stdout_offset: u64,
+        stderr_offset: u64,
+    ) -> Result<tonic::Streaming<RunEvent>, Error> {
+        Ok(self
+            .runner
+            .attach(AttachRequest {
+                id: id.to_owned(),
+                stdout_offset,
+                stderr_offset,
+            })
+            .await
+            .map_err(|s| Error::from_status(&s))?
+            .into_inner())
+    }
+
+    /// Cancels a streamed call; whether it was still running.
+    pub async fn cancel(&mut self, id: &str) -> Result<bool, Error> {
+        Ok(self
+            .runner
+            .cancel(CancelRequest { id: id.to_owned() })
+            .await
+            .map_err(|s| Error::from_status(&s))?
+            .into_inner()
+            .was_running)
     }
 
     /// The tool definitions the session enables.

@@ -24,6 +24,7 @@ pub mod reaper;
 pub mod runner;
 pub mod service;
 pub mod snapshot;
+pub mod stream;
 pub mod telemetry;
 pub mod tools;
 

@@ -21,10 +21,14 @@ pub enum Body {
     /// it fits the budget, moved to the spill location when it does not.
     File(PathBuf),
     /// Two output files shown one after the other, with a newline between
-    /// them when the second is not empty: a bash call's stdout and stderr,
-    /// in the order the reference gives (stderr first for a failed call).
-    /// Both are consumed.
-    Joined { first: PathBuf, second: PathBuf },
+    /// them when `separated`: a bash call's stdout and stderr, in the order
+    /// and with the separator the reference gives (stderr first for a failed
+    /// call; the newline whenever stderr is not empty). Both are consumed.
+    Joined {
+        first: PathBuf,
+        second: PathBuf,
+        separated: bool,
+    },
 }
 
 /// One tool outcome on its way to becoming a [`crate::ToolResult`].
@@ -160,7 +164,11 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
                 compose(&clean, &notice, &trailer)
             }
         }
-        Body::Joined { first, second } => joined(&first, &second, budget, id, spill, &trailer),
+        Body::Joined {
+            first,
+            second,
+            separated,
+        } => joined(&first, &second, separated, budget, id, spill, &trailer),
         Body::File(path) => match read_head(&path, MAX_OUTPUT_BYTES) {
             Ok((head, more)) => {
                 if !more && head.len() <= budget {
@@ -191,6 +199,7 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
 fn joined(
     first: &Path,
     second: &Path,
+    separated: bool,
     budget: usize,
     id: &str,
     spill: &Spill,
@@ -200,7 +209,8 @@ fn joined(
         let _ = fs::remove_file(first);
         let _ = fs::remove_file(second);
     };
-    let heads = read_head(first, MAX_OUTPUT_BYTES).and_then(|a| Ok((a, read_head(second, MAX_OUTPUT_BYTES)?)));
+    let heads = read_head(first, MAX_OUTPUT_BYTES)
+        .and_then(|a| Ok((a, read_head(second, MAX_OUTPUT_BYTES)?)));
     let ((a, a_more), (b, b_more)) = match heads {
         Ok(h) => h,
         Err(e) => {
@@ -211,7 +221,7 @@ fn joined(
             );
         }
     };
-    let sep = if b.is_empty() { "" } else { "\n" };
+    let sep = if separated { "\n" } else { "" };
     let mut head = String::with_capacity(a.len() + sep.len() + b.len());
     head.push_str(&a);
     head.push_str(sep);

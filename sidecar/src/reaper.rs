@@ -197,7 +197,10 @@ impl Spawned {
 
 /// Resolves once the files together grow past their cap, or the call is
 /// cancelled; never without either.
-async fn watch_output(limit: Option<&OutputCap>, cancel: Option<Arc<tokio::sync::Notify>>) -> Ended {
+async fn watch_output(
+    limit: Option<&OutputCap>,
+    cancel: Option<Arc<tokio::sync::Notify>>,
+) -> Ended {
     let cancelled = async {
         match cancel {
             Some(n) => n.notified().await,

@@ -271,11 +271,18 @@ impl Runner {
             }
         };
         let record = self.inner.calls.begin(id)?;
-        let (this, rec, id, name) = (self.clone(), Arc::clone(&record), id.to_owned(), name.to_owned());
+        let (this, rec, id, name) = (
+            self.clone(),
+            Arc::clone(&record),
+            id.to_owned(),
+            name.to_owned(),
+        );
         tokio::spawn(async move {
             let _slot = slot;
             this.touch();
-            let res = this.run_inner(&id, &name, &input, confirmed, Some(&rec)).await;
+            let res = this
+                .run_inner(&id, &name, &input, confirmed, Some(&rec))
+                .await;
             this.touch();
             crate::telemetry::record_run(&name, started.elapsed(), &res);
             if let Err(e) = &res {

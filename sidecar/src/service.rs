@@ -13,12 +13,15 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, watch};
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
 use crate::authority::AuthorityFix;
 use crate::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
-use crate::proto::{ListToolsRequest, ListToolsResponse, RunRequest, RunResponse, ToolDefinition};
+use crate::proto::{
+    AttachRequest, CancelRequest, CancelResponse, ListToolsRequest, ListToolsResponse, RunEvent,
+    RunRequest, RunResponse, ToolDefinition,
+};
 use crate::{Error, Runner};
 
 /// The tonic service over a [`Runner`].
@@ -79,6 +82,64 @@ const FLUSH_GRACE: Duration = Duration::from_secs(1);
 
 #[tonic::async_trait]
 impl RunnerRpc for Service {
+    type RunStreamStream = ReceiverStream<Result<RunEvent, Status>>;
+    type AttachStream = ReceiverStream<Result<RunEvent, Status>>;
+
+    async fn run_stream(
+        &self,
+        request: Request<RunRequest>,
+    ) -> Result<Response<Self::RunStreamStream>, Status> {
+        let req = request.into_inner();
+        let record = self
+            .runner
+            .start(
+                &req.id,
+                &req.name,
+                req.input_json.into_bytes(),
+                req.confirmed,
+            )
+            .map_err(|e| {
+                tracing::warn!(id = %req.id, tool = %req.name, error = %e, "call not run");
+                e.to_status()
+            })?;
+        // A shutdown waits for streamed calls as for any other.
+        let guard = self.in_flight.enter();
+        let mut phase = record.watch();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let _ = phase
+                .wait_for(|p| matches!(p, crate::calls::Phase::Done(_)))
+                .await;
+        });
+        Ok(Response::new(crate::stream::follow(record, 0, 0)))
+    }
+
+    async fn attach(
+        &self,
+        request: Request<AttachRequest>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let req = request.into_inner();
+        let record = self.runner.call(&req.id).map_err(|e| e.to_status())?;
+        Ok(Response::new(crate::stream::follow(
+            record,
+            req.stdout_offset,
+            req.stderr_offset,
+        )))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<CancelRequest>,
+    ) -> Result<Response<CancelResponse>, Status> {
+        let req = request.into_inner();
+        let record = self.runner.call(&req.id).map_err(|e| e.to_status())?;
+        let was_running = !record.is_done();
+        if was_running {
+            record.cancel.notify_one();
+        }
+        Ok(Response::new(CancelResponse { was_running }))
+    }
+
     async fn run(&self, request: Request<RunRequest>) -> Result<Response<RunResponse>, Status> {
         let _guard = self.in_flight.enter();
         let req = request.into_inner();

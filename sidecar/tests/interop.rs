@@ -137,6 +137,9 @@ fn assert_reflection(v: &Value) {
         v["runner_methods"],
         serde_json::json!({
             "Run": {"input": "agentplane.runner.v1.RunRequest", "output": "agentplane.runner.v1.RunResponse"},
+            "RunStream": {"input": "agentplane.runner.v1.RunRequest", "output": "agentplane.runner.v1.RunEvent"},
+            "Attach": {"input": "agentplane.runner.v1.AttachRequest", "output": "agentplane.runner.v1.RunEvent"},
+            "Cancel": {"input": "agentplane.runner.v1.CancelRequest", "output": "agentplane.runner.v1.CancelResponse"},
             "ListTools": {"input": "agentplane.runner.v1.ListToolsRequest", "output": "agentplane.runner.v1.ListToolsResponse"},
         })
     );
@@ -227,7 +230,10 @@ async fn reflection_v1_lists_services_and_serves_the_runner_descriptor() {
     let svc = &fd.service[0];
     assert_eq!(svc.name(), "Runner");
     let methods: Vec<&str> = svc.method.iter().map(|m| m.name()).collect();
-    assert_eq!(methods, ["Run", "ListTools"]);
+    assert_eq!(
+        methods,
+        ["Run", "RunStream", "Attach", "Cancel", "ListTools"]
+    );
 }
 
 /// grpcurl (grpc-go, reflection v1), `$AGENTPLANE_GRPCURL` or built once

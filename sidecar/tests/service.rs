@@ -206,7 +206,10 @@ async fn cli_call_health_and_tcp() {
         .unwrap();
     assert!(out.status.success());
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(line, json!({"content": "\nexit code: 7", "is_error": true}));
+    assert_eq!(
+        line,
+        json!({"content": "(no output)\nexit code: 7", "is_error": true})
+    );
 
     let out = Command::new(BIN)
         .args(["call", "--addr", &addr, "read", r#"{"file_path":"nope"}"#])

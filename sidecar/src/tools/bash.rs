@@ -21,9 +21,9 @@ use serde::Deserialize;
 use super::shell::{self, Shell};
 use super::{Ctx, parse};
 use crate::Error;
+use crate::calls::Record;
 use crate::output::{Body, Output};
 use crate::procs::MARKER_VAR;
-use crate::calls::Record;
 use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited, group_alive, kill_group};
 
 #[derive(Deserialize)]
@@ -227,12 +227,17 @@ fn joined_output(stdout: PathBuf, stderr: PathBuf, failed: bool) -> Body {
         let _ = fs::remove_file(&stderr);
         return Body::Text("(no output)".into());
     }
+    let separated = !empty(&stderr);
     let (first, second) = if failed {
         (stderr, stdout)
     } else {
         (stdout, stderr)
     };
-    Body::Joined { first, second }
+    Body::Joined {
+        first,
+        second,
+        separated,
+    }
 }
 
 /// Starts the shell the next call will use, unless one is already parked.

@@ -1,0 +1,133 @@
+//! Following a streamed call: its output files tailed from given offsets,
+//! then its result.
+//!
+//! A follower opens the call's stdout and stderr files while the call runs
+//! and keeps the descriptors, so it can read to the end after the call
+//! finished and its files were removed or spilled. Memory is bounded by one
+//! chunk per read and a small channel: a slow client slows its follower,
+//! never the call, and never grows the runner.
+
+use std::io::SeekFrom;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::fs::File;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use crate::calls::{Phase, Record};
+use crate::proto::{Chunk, RunEvent, RunResponse, run_event};
+
+/// Most bytes in one chunk event.
+pub const CHUNK_BYTES: usize = 32 << 10;
+/// Events buffered per follower before it waits for its client.
+const CHANNEL_EVENTS: usize = 8;
+/// How often a running call's files are checked for new output.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The events of `record` from the given offsets, as a gRPC stream.
+pub fn follow(
+    record: Arc<Record>,
+    stdout: u64,
+    stderr: u64,
+) -> ReceiverStream<Result<RunEvent, Status>> {
+    let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
+    tokio::spawn(async move {
+        // An Err here only means the client went away.
+        let _ = pump(record, [stdout, stderr], tx).await;
+    });
+    ReceiverStream::new(rx)
+}
+
+/// The client is gone; stop following.
+struct Gone;
+
+type Tx = mpsc::Sender<Result<RunEvent, Status>>;
+
+async fn pump(record: Arc<Record>, mut offsets: [u64; 2], tx: Tx) -> Result<(), Gone> {
+    let mut phase = record.watch();
+    let mut files: Option<[File; 2]> = None;
+    loop {
+        let now = phase.borrow_and_update().clone();
+        match now {
+            Phase::Pending => {
+                if phase.changed().await.is_err() {
+                    return Ok(());
+                }
+            }
+            Phase::Running { stdout, stderr } => {
+                if files.is_none() {
+                    files = open_at(&stdout, &stderr, offsets).await;
+                }
+                let moved = match files.as_mut() {
+                    Some(f) => send_available(f, &mut offsets, &tx).await?,
+                    None => false,
+                };
+                if !moved {
+                    tokio::select! {
+                        r = phase.changed() => if r.is_err() { return Ok(()) },
+                        () = tokio::time::sleep(POLL) => {}
+                    }
+                }
+            }
+            Phase::Done(result) => {
+                if let Some(f) = files.as_mut() {
+                    while send_available(f, &mut offsets, &tx).await? {}
+                }
+                let last = result.map(|r| RunEvent {
+                    event: Some(run_event::Event::Result(RunResponse {
+                        content: r.content,
+                        is_error: r.is_error,
+                    })),
+                });
+                return tx.send(last).await.map_err(|_| Gone);
+            }
+        }
+    }
+}
+
+async fn open_at(
+    stdout: &std::path::Path,
+    stderr: &std::path::Path,
+    offsets: [u64; 2],
+) -> Option<[File; 2]> {
+    let mut out = File::open(stdout).await.ok()?;
+    let mut err = File::open(stderr).await.ok()?;
+    out.seek(SeekFrom::Start(offsets[0])).await.ok()?;
+    err.seek(SeekFrom::Start(offsets[1])).await.ok()?;
+    Some([out, err])
+}
+
+/// Sends what both files hold past the offsets, a chunk at a time; whether
+/// anything was sent.
+async fn send_available(
+    files: &mut [File; 2],
+    offsets: &mut [u64; 2],
+    tx: &Tx,
+) -> Result<bool, Gone> {
+    let mut moved = false;
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    for (i, f) in files.iter_mut().enumerate() {
+        let n = f.read(&mut buf).await.unwrap_or_default();
+        if n == 0 {
+            continue;
+        }
+        let chunk = Chunk {
+            offset: offsets[i],
+            data: buf[..n].to_vec(),
+        };
+        offsets[i] += n as u64;
+        let event = if i == 0 {
+            run_event::Event::Stdout(chunk)
+        } else {
+            run_event::Event::Stderr(chunk)
+        };
+        tx.send(Ok(RunEvent { event: Some(event) }))
+            .await
+            .map_err(|_| Gone)?;
+        moved = true;
+    }
+    Ok(moved)
+}
