@@ -49,6 +49,11 @@ pub enum Command {
         session: String,
         #[arg(long)]
         confirm: bool,
+        /// Print the output as the command writes it (stdout to stdout,
+        /// stderr to stderr), reconnecting if the port-forward breaks;
+        /// Ctrl-C cancels the call in the sandbox.
+        #[arg(long, short = 'f')]
+        follow: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -107,11 +112,16 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Bash {
             session: name,
             confirm,
+            follow,
             command,
         } => {
             let s = get(name).await?;
             let input = serde_json::json!({"command": command.join(" ")}).to_string();
-            call(&client, &ns, &s, "bash", &input, confirm, None, false).await
+            if follow {
+                follow_bash(&client, &ns, &s, &input, confirm).await
+            } else {
+                call(&client, &ns, &s, "bash", &input, confirm, None, false).await
+            }
         }
     }
 }
@@ -144,30 +154,7 @@ async fn call(
             confirmed: confirm,
         })
         .await
-        .map_err(|st| {
-            let kind = st
-                .metadata()
-                .get("agentplane-refusal")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            match kind.as_deref() {
-                Some("confirmation_required") => Error::ConfirmationRequired {
-                    tool: tool.to_owned(),
-                },
-                Some("not_sandbox_tool") => Error::NotSandboxTool {
-                    tool: tool.to_owned(),
-                },
-                Some("disabled_tool") => Error::Disabled {
-                    session: s.metadata.name.clone().unwrap_or_default(),
-                    tool: tool.to_owned(),
-                    enabled: "(see kubectl agent tools)".into(),
-                },
-                _ => Error::Refused {
-                    code: format!("{:?}", st.code()),
-                    message: st.message().to_owned(),
-                },
-            }
-        })?
+        .map_err(|st| refusal(&st, tool, s.metadata.name.as_deref().unwrap_or_default()))?
         .into_inner();
     if json {
         println!(
@@ -185,4 +172,80 @@ async fn call(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The plugin's error for a status the runner answered with.
+pub fn refusal(st: &tonic::Status, tool: &str, session: &str) -> Error {
+    let kind = st
+        .metadata()
+        .get(sidecar::error::REFUSAL_METADATA_KEY)
+        .and_then(|v| v.to_str().ok());
+    match kind {
+        Some("confirmation_required") => Error::ConfirmationRequired {
+            tool: tool.to_owned(),
+        },
+        Some("not_sandbox_tool") => Error::NotSandboxTool {
+            tool: tool.to_owned(),
+        },
+        Some("disabled_tool") => Error::Disabled {
+            session: session.to_owned(),
+            tool: tool.to_owned(),
+            enabled: "(see kubectl agent tools)".into(),
+        },
+        _ => Error::Refused {
+            code: format!("{:?}", st.code()),
+            message: st.message().to_owned(),
+        },
+    }
+}
+
+/// `bash --follow`: streamed, re-attached after a broken port-forward,
+/// cancelled in the sandbox on Ctrl-C.
+async fn follow_bash(
+    client: &Client,
+    ns: &str,
+    s: &AgentSession,
+    input: &str,
+    confirm: bool,
+) -> Result<ExitCode, Error> {
+    let pod = session::preflight(s, "bash", confirm)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let id = sidecar::cli::generate_id();
+    let connect = || {
+        let (pods, pod) = (pods.clone(), pod.clone());
+        async move {
+            Ok(RunnerClient::new(
+                forward::channel(pods, pod, RUNNER_PORT).await?,
+            ))
+        }
+    };
+    let req = RunRequest {
+        id: id.clone(),
+        name: "bash".into(),
+        input_json: input.to_owned(),
+        confirmed: confirm,
+    };
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    let followed = crate::follow::follow(connect, &name, req, &mut out, &mut err);
+    let done = tokio::select! {
+        r = followed => r?,
+        _ = tokio::signal::ctrl_c() => {
+            if let Ok(mut c) = connect().await {
+                let _ = c.cancel(sidecar::proto::CancelRequest { id: id.clone() }).await;
+            }
+            eprintln!("kubectl agent: cancelled call {id}");
+            return Ok(ExitCode::from(130));
+        }
+    };
+    if done.is_error {
+        // The output was printed as it came; what follows it in the result
+        // (the exit code, a timeout) is what is left to say.
+        if let Some(last) = done.content.lines().last() {
+            eprintln!("{last}");
+        }
+        Ok(ExitCode::from(1))
+    } else {
+        Ok(ExitCode::SUCCESS)
+    }
 }

@@ -33,6 +33,8 @@ pub enum Error {
     PortForward { pod: String, message: String },
     #[error("the runner refused the call ({code}): {message}")]
     Refused { code: String, message: String },
+    #[error("cannot write the output: {0}")]
+    Output(String),
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 }

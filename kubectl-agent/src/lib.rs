@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod follow;
 pub mod forward;
 pub mod session;
 

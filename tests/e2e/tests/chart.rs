@@ -221,6 +221,19 @@ fn walk(k: &Kubectl, chart: &str) {
         let (code, out, err) = agent(k, &ns.name, &["call", "walk", "read", input]);
         assert_eq!(code, 1, "{input}: a tool error: {out}{err}");
     }
+    // Streamed through the port-forward as it runs.
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &[
+            "bash",
+            "walk",
+            "--follow",
+            "--",
+            "echo a; sleep 1; echo b >&2; echo c",
+        ],
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "a\nc\n", "b\n"));
     let (code, out, _) = agent(k, &ns.name, &["bash", "walk", "--", "echo still"]);
     assert_eq!((code, out.as_str()), (0, "still\n"));
     let restarts = k.must(&[
