@@ -157,7 +157,7 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
             let clean = toolset::sanitize_text(&text);
             if clean.len() <= budget {
                 let mut s = clean.into_owned();
-                s.push_str(&trailer);
+                append_trailer(&mut s, &trailer);
                 s
             } else {
                 let notice = spill_text(&clean, id, spill);
@@ -174,7 +174,7 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
                 if !more && head.len() <= budget {
                     let _ = fs::remove_file(&path);
                     let mut s = head;
-                    s.push_str(&trailer);
+                    append_trailer(&mut s, &trailer);
                     s
                 } else {
                     let notice = spill_file(&path, id, spill);
@@ -228,7 +228,7 @@ fn joined(
     head.push_str(&b);
     if !a_more && !b_more && head.len() <= budget {
         remove();
-        head.push_str(trailer);
+        append_trailer(&mut head, trailer);
         return head;
     }
     let notice = spill_joined(first, second, sep, id, spill);
@@ -260,6 +260,16 @@ fn spill_joined(first: &Path, second: &Path, sep: &str, id: &str, spill: &Spill)
             path.display(),
             crate::fsutil::describe(&e)
         )),
+    }
+}
+
+/// Appends the trailer (which starts with a newline) on a line of its own:
+/// after output that already ended its line, or after no output at all, the
+/// trailer's own newline would only add a blank line.
+fn append_trailer(s: &mut String, trailer: &str) {
+    match trailer.strip_prefix('\n') {
+        Some(rest) if s.is_empty() || s.ends_with('\n') => s.push_str(rest),
+        _ => s.push_str(trailer),
     }
 }
 

@@ -81,7 +81,7 @@ async fn output_streams_and_the_result_is_the_one_run_gives() {
         assert_eq!(run.is_error, failing);
         // The reference's order: stdout then stderr, stderr first on failure.
         let want = if failing {
-            "err1\nerr2\nerr3\n\nout1\nout2\nout3\n\nexit code: 4"
+            "err1\nerr2\nerr3\n\nout1\nout2\nout3\nexit code: 4"
         } else {
             "out1\nout2\nout3\n\nerr1\nerr2\nerr3\n"
         };

@@ -27,7 +27,10 @@ use crate::procs::MARKER_VAR;
 use crate::reaper::Spawned;
 
 /// The program each call runs, with `$0` = /bin/bash so that the shell's
-/// own messages read as bash's. `$1` is where to write the next snapshot;
+/// own messages read as bash's, and the command evaluated on the script's
+/// third line, followed by two newlines (a final backslash continues onto
+/// them instead of being printed), so that its error messages say the line
+/// numbers the reference's do. `$1` is where to write the next snapshot;
 /// `$2` is `park` for a shell started ahead of its call, which stops itself
 /// until the call continues it. Standard input holds the state to evaluate
 /// and the command, each ended by a NUL (a seekable in-memory file, which
@@ -39,23 +42,10 @@ use crate::reaper::Spawned;
 /// model's business. stdin is /dev/null for the command. The save runs as an
 /// epilogue, and from the EXIT trap when the command calls `exit`; the call
 /// marker is never saved, so a later call's processes never carry it.
-pub const WRAPPER: &str = r#"__agent_next=$1
-[[ $2 == park ]] && kill -STOP $$
-set --
-IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd || exit 125
-eval "$__agent_snap" 2>/dev/null
-unset __agent_snap
-exec 0</dev/null
-__agent_save() {
-  export -n AGENTPLANE_CALL 2>/dev/null
-  { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null
-}
-trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
-eval "$__agent_cmd"
-__agent_rc=$?
-trap - EXIT
-__agent_save
-exit $__agent_rc
+pub const WRAPPER: &str = r#"__agent_next=$1; [[ $2 == park ]] && kill -STOP $$; set --; { IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd; } || exit 125; eval "$__agent_snap" 2>/dev/null; unset __agent_snap; exec 0</dev/null
+__agent_save() { export -n AGENTPLANE_CALL 2>/dev/null; { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null; }; trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
+eval "$__agent_cmd"$'\n\n'
+__agent_rc=$?; trap - EXIT; __agent_save; exit $__agent_rc
 "#;
 
 /// Environment variables a model-driven shell never inherits from the runner
