@@ -204,6 +204,7 @@ impl Shell {
         let mut waited = Duration::ZERO;
         loop {
             if self.spawned.has_exited() {
+                tracing::debug!(pid, "the parked shell has exited; starting another");
                 return Err(self);
             }
             match crate::procs::state(pid) {
@@ -212,7 +213,10 @@ impl Shell {
                     tokio::time::sleep(Duration::from_micros(500)).await;
                     waited += Duration::from_micros(500);
                 }
-                _ => return Err(self),
+                state => {
+                    tracing::debug!(pid, ?state, "the shell did not park; starting another");
+                    return Err(self);
+                }
             }
         }
         if self.input.write_all_at(payload, 0).is_err() {
