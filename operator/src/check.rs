@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::resolution::{self, Listings};
-use crate::validation::check_spec;
+use crate::validation;
 use crds::AgentSessionSpec;
 
 /// The verdict on one manifest document.
@@ -46,13 +46,14 @@ pub fn check_manifest(text: &str) -> Result<Vec<Verdict>, String> {
                 continue;
             }
         };
-        let findings = check_spec(&spec);
+        let entries = validation::entries(&spec);
+        let findings = validation::check(&spec, &entries);
         let errors: Vec<String> = findings.errors.iter().map(ToString::to_string).collect();
-        let offline: Listings = resolution::servers_to_list(&spec)
+        let offline: Listings = resolution::servers_to_list(&spec, &entries)
             .into_iter()
             .map(|(server, _)| (server, Err("not listed: offline check".to_owned())))
             .collect();
-        let res = resolution::resolve(&spec, &offline);
+        let res = resolution::resolve(&spec, &entries, &offline);
         let conditions: Vec<Value> = res
             .conditions
             .iter()

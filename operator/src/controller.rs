@@ -12,72 +12,142 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crds::AgentSession;
+use crds::{AgentSession, AgentSessionSpec};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span, Status, Tracer};
 
 use crate::error::{Error, Result};
 use crate::mcp::McpClient;
-use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
-use crate::resolution::{self, Listings};
-use crate::status;
+use crate::plan::{self, Note, Observed, Plan, PodAction};
+use crate::pod::{self, PodConfig};
+use crate::resolution::{self, Listings, Resolution};
+use crate::validation;
+use toolset::Entries;
 
 /// The field manager of everything the operator applies.
 pub const MANAGER: &str = "agentplane-operator";
 
-/// What every reconcile shares.
+/// Counts consecutive failed reconciles per session, once per failure.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Sessions whose failure counts are remembered at most; past it the map is
+/// cleared (sessions deleted while failing never report a success).
+const MAX_TRACKED_FAILURES: usize = 10_000;
+
+impl Backoff {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        match self.failures.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Records one failure of `key`; how long to wait before the next try.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut map = self.map();
+        if map.len() >= MAX_TRACKED_FAILURES && !map.contains_key(key) {
+            map.clear();
+        }
+        let n = map.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        plan::backoff(*n)
+    }
+
+    /// Forgets `key`'s failures after a reconcile that succeeded.
+    pub fn succeeded(&self, key: &str) {
+        self.map().remove(key);
+    }
+}
+
+/// The reconcile metrics, built once rather than per reconcile.
+#[derive(Debug)]
+struct Metrics {
+    duration: Histogram<f64>,
+    errors: Counter<u64>,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let meter = opentelemetry::global::meter("agentplane-operator");
+        Self {
+            duration: meter
+                .f64_histogram("agentplane.reconcile.duration")
+                .with_unit("s")
+                .with_description("Duration of one AgentSession reconcile")
+                .build(),
+            errors: meter.u64_counter("agentplane.reconcile.errors").build(),
+        }
+    }
+}
+
+/// What every reconcile shares. Built after telemetry is installed, so the
+/// instruments are bound to the real meter provider.
 pub struct Context {
     pub client: Client,
-    pub reporter: Reporter,
     pub pods: PodConfig,
     pub mcp_timeout: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    /// One recorder for every event, so repeated events are aggregated into
+    /// series instead of each creating an object.
+    recorder: Recorder,
+    metrics: Metrics,
+    pub backoff: Backoff,
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("reporter", &self.reporter)
             .field("pods", &self.pods)
+            .field("backoff", &self.backoff)
             .finish_non_exhaustive()
     }
 }
 
 impl Context {
     pub fn new(client: Client, pods: PodConfig, mcp_timeout: Duration) -> Self {
-        let instance = std::env::var("POD_NAME").ok();
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
-            reporter: Reporter {
-                controller: MANAGER.into(),
-                instance,
-            },
             pods,
             mcp_timeout,
-            failures: Mutex::new(HashMap::new()),
+            metrics: Metrics::new(),
+            backoff: Backoff::default(),
         }
     }
 
-    fn failures(&self, key: &str, failed: bool) -> u32 {
-        let mut map = match self.failures.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
+    async fn publish(&self, session: &AgentSession, note: &Note) {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.clone(),
+            note: Some(note.message.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
         };
-        if failed {
-            let n = map.entry(key.to_owned()).or_insert(0);
-            *n += 1;
-            *n
-        } else {
-            map.remove(key);
-            0
+        if let Err(e) = self
+            .recorder
+            .publish(&event, &session.object_ref(&()))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot publish event");
         }
     }
 }
@@ -91,9 +161,9 @@ fn key(session: &AgentSession) -> String {
 }
 
 /// Lists every MCP server the session's toolsets use.
-async fn list_servers(session: &AgentSession, timeout: Duration) -> Listings {
+async fn list_servers(spec: &AgentSessionSpec, entries: &Entries, timeout: Duration) -> Listings {
     let mut out = Listings::new();
-    for (server, url) in resolution::servers_to_list(&session.spec) {
+    for (server, url) in resolution::servers_to_list(spec, entries) {
         let listed = match McpClient::new(&server, &url, timeout) {
             Ok(client) => client.list_tools().await,
             Err(e) => Err(e),
@@ -107,26 +177,6 @@ async fn list_servers(session: &AgentSession, timeout: Duration) -> Listings {
     out
 }
 
-async fn publish(
-    ctx: &Context,
-    session: &AgentSession,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &session.object_ref(&())).await {
-        tracing::warn!(error = %e, "cannot publish event");
-    }
-}
-
 /// Reconciles one session.
 pub async fn reconcile(session: Arc<AgentSession>, ctx: Arc<Context>) -> Result<Action> {
     let tracer = opentelemetry::global::tracer("agentplane-operator");
@@ -138,26 +188,19 @@ pub async fn reconcile(session: Arc<AgentSession>, ctx: Arc<Context>) -> Result<
     span.set_attribute(KeyValue::new("agentplane.session", session.name_any()));
     let started = Instant::now();
     let result = reconcile_inner(&session, &ctx).await;
-    let meter = opentelemetry::global::meter("agentplane-operator");
     let outcome = if result.is_ok() { "ok" } else { "error" };
-    meter
-        .f64_histogram("agentplane.reconcile.duration")
-        .with_unit("s")
-        .with_description("Duration of one AgentSession reconcile")
-        .build()
-        .record(
-            started.elapsed().as_secs_f64(),
-            &[KeyValue::new("outcome", outcome)],
-        );
-    if let Err(e) = &result {
-        meter
-            .u64_counter("agentplane.reconcile.errors")
-            .build()
-            .add(1, &[]);
-        span.set_status(Status::error(e.to_string()));
+    ctx.metrics.duration.record(
+        started.elapsed().as_secs_f64(),
+        &[KeyValue::new("outcome", outcome)],
+    );
+    match &result {
+        Ok(_) => ctx.backoff.succeeded(&key(&session)),
+        Err(e) => {
+            ctx.metrics.errors.add(1, &[]);
+            span.set_status(Status::error(e.to_string()));
+        }
     }
     span.end();
-    ctx.failures(&key(&session), result.is_err());
     result
 }
 
@@ -170,172 +213,116 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
     let ns = session
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let name = session.name_any();
-    let client = ctx.client.clone();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let sessions: Api<AgentSession> = Api::namespaced(client.clone(), &ns);
-    let apply = PatchParams::apply(MANAGER).force();
-
-    let listings = list_servers(session, ctx.mcp_timeout).await;
-    let res = resolution::resolve(&session.spec, &listings);
-    let pod_name = pod::pod_name(&name);
-    let existing = pods.get_opt(&pod_name).await?;
-    let mut current: Option<Pod> = None;
-    let mut requeue = if res.retry_mcp {
-        Duration::from_secs(30)
-    } else {
-        Duration::from_secs(300)
-    };
-
-    match &res.runner {
-        Some(runner) => {
-            let cm = pod::toolset_configmap(session, runner);
-            let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            cms.patch(
-                &pod::toolset_configmap_name(&name),
-                &apply,
-                &Patch::Apply(&cm),
-            )
-            .await?;
-            if let Some(claim) = pod::workspace_claim(session) {
-                let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-                if claims
-                    .get_opt(&pod::workspace_claim_name(&name))
-                    .await?
-                    .is_none()
-                {
-                    claims.create(&PostParams::default(), &claim).await?;
-                }
-            }
-            let desired = pod::build_pod(session, &ctx.pods);
-            let want_hash = desired.annotations().get(SPEC_HASH_ANNOTATION).cloned();
-            match existing {
-                Some(p) if p.metadata.deletion_timestamp.is_some() => {
-                    requeue = Duration::from_secs(2);
-                    current = None;
-                }
-                Some(p) if p.annotations().get(SPEC_HASH_ANNOTATION) != want_hash.as_ref() => {
-                    pods.delete(&pod_name, &DeleteParams::default()).await?;
-                    publish(
-                        ctx,
-                        session,
-                        EventType::Normal,
-                        "ReplacingPod",
-                        format!("the session changed; replacing pod {pod_name}"),
-                    )
-                    .await;
-                    requeue = Duration::from_secs(2);
-                }
-                Some(p) => current = Some(p),
-                None => {
-                    let created = pods
-                        .patch(&pod_name, &apply, &Patch::Apply(&desired))
-                        .await?;
-                    publish(
-                        ctx,
-                        session,
-                        EventType::Normal,
-                        "CreatedPod",
-                        format!("created sandbox pod {pod_name}"),
-                    )
-                    .await;
-                    current = Some(created);
-                }
-            }
-        }
-        None => {
-            if let Some(p) = existing
-                && p.metadata.deletion_timestamp.is_none()
-            {
-                pods.delete(&pod_name, &DeleteParams::default()).await?;
-                publish(
-                    ctx,
-                    session,
-                    EventType::Warning,
-                    "StoppedPod",
-                    format!("the toolset is invalid; deleted pod {pod_name}"),
-                )
-                .await;
-            }
-        }
-    }
-
+    let entries = validation::entries(&session.spec);
+    let listings = list_servers(&session.spec, &entries, ctx.mcp_timeout).await;
+    let res = resolution::resolve(&session.spec, &entries, &listings);
+    let observed = observe(ctx, &ns, session, &res).await?;
+    let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());
+    let applied = carry_out(ctx, &ns, &plan).await;
     let previous = session.status.as_ref();
-    let new_status = status::build_status(
-        &res,
-        current.as_ref(),
-        &pod_name,
-        previous,
-        session.metadata.generation,
-        Timestamp::now(),
-    );
-    if current
-        .as_ref()
-        .is_some_and(|_| new_status.phase != Some(crds::SessionPhase::Ready))
-    {
-        requeue = requeue.min(Duration::from_secs(15));
+    if let Err(e) = &applied {
+        tracing::warn!(session = %key(session), error = %e, "applying the session's objects failed");
+        plan.apply_failed(previous, &e.to_string(), Timestamp::now());
     }
-
-    // Events only for what changed since the last status, so a steady
-    // state is quiet: a changed condition is published, and so is every
-    // soft finding of the resolution (unknown MCP config names, web tools).
-    let old = |t: &str| {
-        previous
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
-            .map(|c| (c.status.clone(), c.message.clone()))
-    };
-    let mut any_changed = false;
-    for c in &new_status.conditions {
-        if old(&c.type_) == Some((c.status.clone(), c.message.clone())) {
-            continue;
-        }
-        any_changed = true;
-        match (c.type_.as_str(), c.status.as_str()) {
-            ("ToolsetValid" | "McpResolved", "False") => {
-                publish(
-                    ctx,
-                    session,
-                    EventType::Warning,
-                    &c.reason,
-                    c.message.clone(),
-                )
-                .await;
-            }
-            ("Ready", "True") => {
-                publish(ctx, session, EventType::Normal, "Ready", c.message.clone()).await;
-            }
-            _ => {}
-        }
-    }
-    if any_changed {
-        for w in &res.warnings {
-            publish(
-                ctx,
-                session,
-                EventType::Warning,
-                "ToolsetWarning",
-                w.clone(),
-            )
-            .await;
-        }
+    for note in plan.pod_events.iter().chain(&plan.events) {
+        ctx.publish(session, note).await;
     }
     let body = serde_json::json!({
         "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
         "kind": "AgentSession",
-        "status": new_status,
+        "status": plan.status,
     });
+    let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), &ns);
     sessions
-        .patch_status(&name, &apply, &Patch::Apply(&body))
+        .patch_status(&session.name_any(), &apply_params(), &Patch::Apply(&body))
         .await?;
-    Ok(Action::requeue(requeue))
+    applied?;
+    Ok(Action::requeue(plan.requeue))
 }
 
-/// Backs off exponentially per session: 2s, 4s, ... up to 5 minutes.
+fn apply_params() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
+}
+
+/// Reads what the plan depends on: the pod, and whether the claim exists.
+async fn observe(
+    ctx: &Context,
+    ns: &str,
+    session: &AgentSession,
+    res: &Resolution,
+) -> Result<Observed> {
+    let name = session.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pod = pods.get_opt(&pod::pod_name(&name)).await?;
+    let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
+    let claim_exists = if wants_claim {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        claims
+            .get_opt(&pod::workspace_claim_name(&name))
+            .await?
+            .is_some()
+    } else {
+        false
+    };
+    Ok(Observed { pod, claim_exists })
+}
+
+/// Issues the plan's API calls, in dependency order: the ConfigMap and
+/// claim the pod mounts, then the pod.
+async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
+    let client = &ctx.client;
+    if let Some(cm) = &plan.configmap {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        cms.patch(&cm.name_any(), &apply_params(), &Patch::Apply(cm))
+            .await?;
+    }
+    if let Some(claim) = &plan.claim {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+        match claims.create(&PostParams::default(), claim).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    match &plan.pod {
+        PodAction::Keep | PodAction::WaitForDeletion => {}
+        PodAction::Create(pod) => {
+            pods.patch(
+                &pod.name_any(),
+                &apply_params(),
+                &Patch::Apply(pod.as_ref()),
+            )
+            .await?;
+        }
+        PodAction::Delete { name, uid } => {
+            let params = DeleteParams {
+                preconditions: uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(name, &params).await {
+                // Already gone, or replaced since it was observed: the next
+                // reconcile sees what is there now.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Backs off exponentially per session: 2 s, 4 s, ... up to 5 minutes.
+/// Each failure is counted here and only here.
 pub fn error_policy(session: Arc<AgentSession>, error: &Error, ctx: Arc<Context>) -> Action {
-    let n = ctx.failures(&key(&session), true);
-    let secs = 2u64.saturating_pow(n.min(9)).min(300);
-    tracing::warn!(session = %key(&session), %error, retry_in_s = secs, "reconcile failed");
-    Action::requeue(Duration::from_secs(secs))
+    let wait = ctx.backoff.failed(&key(&session));
+    tracing::warn!(session = %key(&session), %error, retry_in_s = wait.as_secs(), "reconcile failed");
+    Action::requeue(wait)
 }
 
 /// Runs the controller until `shutdown` resolves.

@@ -14,6 +14,7 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod mcp;
+pub mod plan;
 pub mod pod;
 pub mod resolution;
 pub mod status;

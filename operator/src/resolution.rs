@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use crds::{AgentSessionSpec, ToolStatus};
-use toolset::{McpTool, ResolvedToolset};
+use toolset::{Entries, Entry, McpTool, ResolvedToolset};
 
-use crate::validation::{self, CUSTOM_TYPE, EntryKind, valid_tool_name};
+use crate::validation::{self, CUSTOM_TYPE, EntryKind, TOOLS_PATH, valid_tool_name};
 
 /// What listing one MCP server gave: its tools, or why there are none.
 pub type Listings = BTreeMap<String, Result<Vec<McpTool>, String>>;
@@ -47,37 +47,32 @@ pub fn mcp_tool_name(server: &str, tool: &str) -> String {
 }
 
 /// The MCP servers whose listing the resolution needs.
-pub fn servers_to_list(spec: &AgentSessionSpec) -> Vec<(String, String)> {
+pub fn servers_to_list(spec: &AgentSessionSpec, entries: &Entries) -> Vec<(String, String)> {
     spec.mcp_servers
         .iter()
         .filter(|s| {
-            spec.tools.iter().any(|t| {
-                t.get("type").and_then(|v| v.as_str()) == Some(toolset::MCP_TOOLSET_TYPE)
-                    && t.get("mcp_server_name").and_then(|v| v.as_str()) == Some(s.name.as_str())
-            })
+            entries
+                .iter()
+                .any(|e| e.mcp_server() == Some(s.name.as_str()))
         })
         .map(|s| (s.name.clone(), s.url.clone()))
         .collect()
 }
 
-/// Resolves a spec against the listings of its MCP servers.
-pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
-    let entries: Vec<Vec<u8>> = spec
-        .tools
-        .iter()
-        .map(|v| serde_json::to_vec(v).unwrap_or_default())
-        .collect();
-    let toolsets = toolset::materialize_tools(Some(&entries))
-        .unwrap_or_default()
-        .into_iter()
-        .zip(&spec.tools)
-        .map(|(bytes, original)| {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| original.clone())
-        })
-        .collect();
+fn invalid(reason: &str, message: String) -> CondSpec {
+    CondSpec {
+        type_: "ToolsetValid",
+        status: false,
+        reason: reason.into(),
+        message,
+    }
+}
 
+/// Resolves a spec against the listings of its MCP servers; `entries` is
+/// the spec's `tools[]` as [`validation::entries`] parsed it.
+pub fn resolve(spec: &AgentSessionSpec, entries: &Entries, listings: &Listings) -> Resolution {
     let mut out = Resolution {
-        toolsets,
+        toolsets: materialized(spec, entries),
         tools: Vec::new(),
         policies: BTreeMap::new(),
         runner: None,
@@ -85,31 +80,76 @@ pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
         warnings: Vec::new(),
         retry_mcp: false,
     };
-
-    let findings = validation::check_spec(spec);
+    let findings = validation::check(spec, entries);
     out.warnings.extend(findings.warnings.iter().cloned());
     if !findings.is_valid() {
-        out.conditions.push(CondSpec {
-            type_: "ToolsetValid",
-            status: false,
-            reason: "InvalidToolset".into(),
-            message: findings.denial(),
-        });
+        out.conditions
+            .push(invalid("InvalidToolset", findings.denial()));
         return out;
     }
-
-    let runner = match ResolvedToolset::from_entries(&entries) {
+    let agent = entries.agent(TOOLS_PATH).ok().flatten();
+    let runner = match ResolvedToolset::from_agent_entry(agent, TOOLS_PATH) {
         Ok(r) => r,
         Err(e) => {
-            out.conditions.push(CondSpec {
-                type_: "ToolsetValid",
-                status: false,
-                reason: "InvalidToolset".into(),
-                message: format!("spec.{e}"),
-            });
+            out.conditions
+                .push(invalid("InvalidToolset", e.to_string()));
             return out;
         }
     };
+    add_builtin(&runner, &mut out);
+    let mut mcp = McpOutcome::default();
+    for entry in entries.iter() {
+        match &entry.kind {
+            Ok(EntryKind::Custom { name: Some(name) }) => {
+                out.tools
+                    .push(custom_status(name, &spec.tools[entry.index]));
+            }
+            Ok(EntryKind::Mcp {
+                server: Some(server),
+            }) => resolve_mcp_entry(entry, server, listings, &mut out, &mut mcp),
+            _ => {}
+        }
+    }
+    if out.tools.len() > validation::MAX_TOOLS {
+        out.conditions.push(invalid(
+            "TooManyTools",
+            format!(
+                "{} tools resolved (MCP servers included); at most {} are allowed",
+                out.tools.len(),
+                validation::MAX_TOOLS
+            ),
+        ));
+        out.tools.clear();
+        out.policies.clear();
+        return out;
+    }
+    out.conditions.push(CondSpec {
+        type_: "ToolsetValid",
+        status: true,
+        reason: "Resolved".into(),
+        message: format!("{} tools enabled", out.tools.len()),
+    });
+    mcp.conclude(&mut out);
+    out.tools.shrink_to_fit();
+    out.runner = Some(runner);
+    out
+}
+
+/// Every entry materialised (defaults written out); an entry that cannot
+/// be is echoed as stored.
+fn materialized(spec: &AgentSessionSpec, entries: &Entries) -> Vec<serde_json::Value> {
+    toolset::materialize_tools(Some(&entries.raw()))
+        .unwrap_or_default()
+        .into_iter()
+        .zip(&spec.tools)
+        .map(|(bytes, original)| {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| original.clone())
+        })
+        .collect()
+}
+
+/// The built-in tools the agent toolset enables, with their policies.
+fn add_builtin(runner: &ResolvedToolset, out: &mut Resolution) {
     for def in &runner.tools {
         let policy = runner.policy(&def.name).map(|p| p.as_str().to_owned());
         if let Some(p) = &policy {
@@ -123,98 +163,43 @@ pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
             input_schema: def.input_schema.clone(),
         });
     }
+}
 
-    let mut mcp_problems: Vec<String> = Vec::new();
-    let mut unknown_notes: Vec<String> = Vec::new();
-    let mut any_mcp = false;
-    for (i, (raw, value)) in entries.iter().zip(&spec.tools).enumerate() {
-        match validation::classify(raw) {
-            Ok(EntryKind::Custom { name: Some(name) }) => out.tools.push(ToolStatus {
-                name,
-                source: CUSTOM_TYPE.into(),
-                policy: None,
-                description: value
-                    .get("description")
-                    .and_then(|d| d.as_str())
-                    .unwrap_or_default()
-                    .to_owned(),
-                input_schema: value.get("input_schema").cloned().unwrap_or_default(),
-            }),
-            Ok(EntryKind::Mcp {
-                server: Some(server),
-            }) => {
-                any_mcp = true;
-                match listings.get(&server) {
-                    None => mcp_problems.push(format!("{server}: not listed yet")),
-                    Some(Err(why)) => mcp_problems.push(format!("{server}: {why}")),
-                    Some(Ok(reported)) => match toolset::resolve_mcp(raw, reported) {
-                        Err(e) => mcp_problems.push(format!(
-                            "{server}: {}",
-                            e.with_prefix(&format!("spec.tools[{i}]"))
-                        )),
-                        Ok(res) => {
-                            for name in &res.unknown_configs {
-                                unknown_notes.push(format!(
-                                    "spec.tools[{i}].configs names {name:?}, which server {server:?} does not report"
-                                ));
-                            }
-                            for t in res.tools {
-                                let name = mcp_tool_name(&server, &t.tool.name);
-                                if !valid_tool_name(&name) {
-                                    out.warnings.push(format!(
-                                        "MCP tool {:?} of server {server:?} cannot be offered: {name:?} is not a valid tool name",
-                                        t.tool.name
-                                    ));
-                                    continue;
-                                }
-                                out.policies
-                                    .insert(name.clone(), t.policy.as_str().to_owned());
-                                out.tools.push(ToolStatus {
-                                    name,
-                                    source: format!("mcp:{server}"),
-                                    policy: Some(t.policy.as_str().to_owned()),
-                                    description: t.tool.description,
-                                    input_schema: t.tool.input_schema,
-                                });
-                            }
-                        }
-                    },
-                }
-            }
-            _ => {}
+/// A custom tool as the model is handed it (the client runs it; no policy).
+fn custom_status(name: &str, value: &serde_json::Value) -> ToolStatus {
+    ToolStatus {
+        name: name.to_owned(),
+        source: CUSTOM_TYPE.into(),
+        policy: None,
+        description: value
+            .get("description")
+            .and_then(|d| d.as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        input_schema: value.get("input_schema").cloned().unwrap_or_default(),
+    }
+}
+
+/// What the MCP entries came to, for the McpResolved condition.
+#[derive(Default)]
+struct McpOutcome {
+    any: bool,
+    problems: Vec<String>,
+    unknown_configs: Vec<String>,
+}
+
+impl McpOutcome {
+    fn conclude(self, out: &mut Resolution) {
+        if !self.any {
+            return;
         }
-    }
-
-    if out.tools.len() > validation::MAX_TOOLS {
-        out.conditions.push(CondSpec {
-            type_: "ToolsetValid",
-            status: false,
-            reason: "TooManyTools".into(),
-            message: format!(
-                "{} tools resolved (MCP servers included); at most {} are allowed",
-                out.tools.len(),
-                validation::MAX_TOOLS
-            ),
-        });
-        out.tools.clear();
-        out.policies.clear();
-        return out;
-    }
-
-    out.conditions.push(CondSpec {
-        type_: "ToolsetValid",
-        status: true,
-        reason: "Resolved".into(),
-        message: format!("{} tools enabled", out.tools.len()),
-    });
-    if any_mcp {
-        let (status, reason, message) = if !mcp_problems.is_empty() {
+        let (status, reason, message) = if !self.problems.is_empty() {
             out.retry_mcp = true;
-            let mut all = mcp_problems;
-            all.extend(unknown_notes.iter().cloned());
+            let mut all = self.problems;
+            all.extend(self.unknown_configs.iter().cloned());
             (false, "ServerUnavailable", all.join("; "))
-        } else if !unknown_notes.is_empty() {
-            (true, "UnknownConfigNames", unknown_notes.join("; "))
+        } else if !self.unknown_configs.is_empty() {
+            (true, "UnknownConfigNames", self.unknown_configs.join("; "))
         } else {
             (
                 true,
@@ -222,7 +207,7 @@ pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
                 "every MCP server listed its tools".to_owned(),
             )
         };
-        out.warnings.extend(unknown_notes);
+        out.warnings.extend(self.unknown_configs);
         out.conditions.push(CondSpec {
             type_: "McpResolved",
             status,
@@ -230,7 +215,54 @@ pub fn resolve(spec: &AgentSessionSpec, listings: &Listings) -> Resolution {
             message,
         });
     }
-    out.tools.shrink_to_fit();
-    out.runner = Some(runner);
-    out
+}
+
+/// One `mcp_toolset` entry against its server's listing.
+fn resolve_mcp_entry(
+    entry: &Entry,
+    server: &str,
+    listings: &Listings,
+    out: &mut Resolution,
+    mcp: &mut McpOutcome,
+) {
+    mcp.any = true;
+    let i = entry.index;
+    let reported = match listings.get(server) {
+        None => return mcp.problems.push(format!("{server}: not listed yet")),
+        Some(Err(why)) => return mcp.problems.push(format!("{server}: {why}")),
+        Some(Ok(reported)) => reported,
+    };
+    let res = match toolset::resolve_mcp(&entry.raw, reported) {
+        Ok(res) => res,
+        Err(e) => {
+            return mcp.problems.push(format!(
+                "{server}: {}",
+                e.with_prefix(&entry.path(TOOLS_PATH))
+            ));
+        }
+    };
+    for name in &res.unknown_configs {
+        mcp.unknown_configs.push(format!(
+            "spec.tools[{i}].configs names {name:?}, which server {server:?} does not report"
+        ));
+    }
+    for t in res.tools {
+        let name = mcp_tool_name(server, &t.tool.name);
+        if !valid_tool_name(&name) {
+            out.warnings.push(format!(
+                "MCP tool {:?} of server {server:?} cannot be offered: {name:?} is not a valid tool name",
+                t.tool.name
+            ));
+            continue;
+        }
+        out.policies
+            .insert(name.clone(), t.policy.as_str().to_owned());
+        out.tools.push(ToolStatus {
+            name,
+            source: format!("mcp:{server}"),
+            policy: Some(t.policy.as_str().to_owned()),
+            description: t.tool.description,
+            input_schema: t.tool.input_schema,
+        });
+    }
 }

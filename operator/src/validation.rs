@@ -7,18 +7,19 @@
 //! MCP servers with unique names, every server used and every toolset's
 //! server declared.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::fmt;
 
 use crds::AgentSessionSpec;
-use toolset::{AGENT_TOOLSET_TYPE, MCP_TOOLSET_TYPE, ToolsetError};
+pub use toolset::{CUSTOM_TYPE, EntryKind, classify};
+use toolset::{Entries, Entry, ToolsetError};
 
 /// Most tools one session may hand the model.
 pub const MAX_TOOLS: usize = 128;
 /// Most MCP servers one session may declare.
 pub const MAX_MCP_SERVERS: usize = 20;
-/// The entry type of a tool the client executes itself.
-pub const CUSTOM_TYPE: &str = "custom";
+/// Where a session's `tools[]` sits, for paths in findings.
+pub const TOOLS_PATH: &str = "spec.tools";
 
 /// One thing wrong with a spec, at a JSON path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,105 +66,131 @@ impl Findings {
     }
 }
 
-/// The kind of one `tools[]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryKind {
-    Agent,
-    Mcp { server: Option<String> },
-    Custom { name: Option<String> },
+/// The parsed `tools[]` of a spec: each entry serialised and classified
+/// once, for the check and the resolution alike.
+pub fn entries(spec: &AgentSessionSpec) -> Entries {
+    Entries::parse(
+        spec.tools
+            .iter()
+            .map(|v| serde_json::to_vec(v).unwrap_or_default()),
+    )
 }
 
 /// Checks a spec. Entry-level errors name `spec.tools[i]...`.
 pub fn check_spec(spec: &AgentSessionSpec) -> Findings {
+    check(spec, &entries(spec))
+}
+
+/// Tool names enabled so far, for the count and the uniqueness rules.
+#[derive(Default)]
+struct Names {
+    count: usize,
+    taken: HashSet<String>,
+}
+
+/// Checks a spec whose `tools[]` is already parsed.
+pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
     let mut out = Findings::default();
-    let entries: Vec<Vec<u8>> = spec
-        .tools
-        .iter()
-        .map(|v| serde_json::to_vec(v).unwrap_or_default())
-        .collect();
-
-    let mut agent_at: Option<usize> = None;
-    let mut tool_count = 0usize;
-    let mut tool_names: BTreeSet<String> = BTreeSet::new();
+    let mut names = Names::default();
     let mut used_servers: Vec<(usize, String)> = Vec::new();
-
-    for (i, raw) in entries.iter().enumerate() {
-        let at = format!("spec.tools[{i}]");
-        let kind = match classify(raw) {
-            Ok(kind) => kind,
-            Err(message) => {
-                out.errors.push(Finding { path: at, message });
-                continue;
+    let agent = match entries.agent(TOOLS_PATH) {
+        Ok(a) => a.map(|e| e.index),
+        Err(e) => {
+            out.errors.push(e.into());
+            entries
+                .iter()
+                .find(|e| e.kind == Ok(EntryKind::Agent))
+                .map(|e| e.index)
+        }
+    };
+    for entry in entries.iter() {
+        let at = entry.path(TOOLS_PATH);
+        match &entry.kind {
+            Err(message) => out.errors.push(Finding {
+                path: at,
+                message: message.clone(),
+            }),
+            // A second agent entry is the one-toolset rule's finding above.
+            Ok(EntryKind::Agent) if Some(entry.index) != agent => {}
+            Ok(EntryKind::Agent) => check_agent(entry, &at, &mut names, &mut out),
+            Ok(EntryKind::Mcp { server }) => {
+                check_mcp(entry, server.as_deref(), &at, &mut used_servers, &mut out);
             }
-        };
-        match kind {
-            EntryKind::Agent => {
-                if let Some(first) = agent_at {
-                    out.errors.push(Finding {
-                        path: at,
-                        message: format!(
-                            "a second {AGENT_TOOLSET_TYPE} entry (the first is at spec.tools[{first}]); a session holds at most one"
-                        ),
-                    });
-                    continue;
-                }
-                agent_at = Some(i);
-                match toolset::validate(raw) {
-                    Err(e) => out.errors.push(e.with_prefix(&at).into()),
-                    Ok(()) => {
-                        let names = toolset::tools(raw).unwrap_or_default();
-                        tool_count += names.len();
-                        tool_names.extend(names.into_iter().map(|t| t.name));
-                        for web in toolset::enabled_web_tools(raw).unwrap_or_default() {
-                            out.warnings.push(format!(
-                                "{at}: {web} is enabled but this platform has no web driver; the model will not be offered it"
-                            ));
-                        }
-                    }
-                }
-            }
-            EntryKind::Mcp { server } => {
-                if let Err(e) = toolset::validate_mcp_toolset(raw) {
-                    out.errors.push(e.with_prefix(&at).into());
-                }
-                if let Some(server) = server {
-                    if let Some((first, _)) = used_servers.iter().find(|(_, s)| *s == server) {
-                        out.errors.push(Finding {
-                            path: format!("{at}.mcp_server_name"),
-                            message: format!(
-                                "server {server:?} already has an mcp_toolset entry at spec.tools[{first}]"
-                            ),
-                        });
-                    } else {
-                        used_servers.push((i, server));
-                    }
-                }
-            }
-            EntryKind::Custom { name } => {
-                if let Err(f) = check_custom(raw, &at) {
-                    out.errors.push(f);
-                } else if let Some(name) = name {
-                    tool_count += 1;
-                    if !tool_names.insert(name.clone()) {
-                        out.errors.push(Finding {
-                            path: format!("{at}.name"),
-                            message: format!("tool name {name:?} is already taken by another tool"),
-                        });
-                    }
-                }
+            Ok(EntryKind::Custom { name }) => {
+                check_custom_entry(entry, name.as_deref(), &at, &mut names, &mut out);
             }
         }
     }
-
-    if tool_count > MAX_TOOLS {
+    if names.count > MAX_TOOLS {
         out.errors.push(Finding {
-            path: "spec.tools".into(),
-            message: format!("{tool_count} tools enabled; at most {MAX_TOOLS} are allowed"),
+            path: TOOLS_PATH.into(),
+            message: format!(
+                "{} tools enabled; at most {MAX_TOOLS} are allowed",
+                names.count
+            ),
         });
     }
-
     check_servers(spec, &used_servers, &mut out);
     out
+}
+
+fn check_agent(entry: &Entry, at: &str, names: &mut Names, out: &mut Findings) {
+    if let Err(e) = toolset::validate(&entry.raw) {
+        out.errors.push(e.with_prefix(at).into());
+        return;
+    }
+    let tools = toolset::tools(&entry.raw).unwrap_or_default();
+    names.count += tools.len();
+    names.taken.extend(tools.into_iter().map(|t| t.name));
+    for web in toolset::enabled_web_tools(&entry.raw).unwrap_or_default() {
+        out.warnings.push(format!(
+            "{at}: {web} is enabled but this platform has no web driver; the model will not be offered it"
+        ));
+    }
+}
+
+fn check_mcp(
+    entry: &Entry,
+    server: Option<&str>,
+    at: &str,
+    used: &mut Vec<(usize, String)>,
+    out: &mut Findings,
+) {
+    if let Err(e) = toolset::validate_mcp_toolset(&entry.raw) {
+        out.errors.push(e.with_prefix(at).into());
+    }
+    let Some(server) = server else { return };
+    if let Some((first, _)) = used.iter().find(|(_, s)| s == server) {
+        out.errors.push(Finding {
+            path: format!("{at}.mcp_server_name"),
+            message: format!(
+                "server {server:?} already has an mcp_toolset entry at spec.tools[{first}]"
+            ),
+        });
+    } else {
+        used.push((entry.index, server.to_owned()));
+    }
+}
+
+fn check_custom_entry(
+    entry: &Entry,
+    name: Option<&str>,
+    at: &str,
+    names: &mut Names,
+    out: &mut Findings,
+) {
+    if let Err(f) = check_custom(&entry.raw, at) {
+        out.errors.push(f);
+        return;
+    }
+    let Some(name) = name else { return };
+    names.count += 1;
+    if !names.taken.insert(name.to_owned()) {
+        out.errors.push(Finding {
+            path: format!("{at}.name"),
+            message: format!("tool name {name:?} is already taken by another tool"),
+        });
+    }
 }
 
 fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Findings) {
@@ -224,34 +251,6 @@ fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Fi
                 message: format!("server {name:?} is not declared in spec.mcpServers"),
             });
         }
-    }
-}
-
-/// Names the kind of an entry, or says why it has none.
-pub fn classify(raw: &[u8]) -> Result<EntryKind, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| format!("not valid JSON: {e}"))?;
-    let Some(obj) = value.as_object() else {
-        return Err("expected an object".into());
-    };
-    let Some(t) = obj.get("type") else {
-        return Err(format!(
-            "type: required but missing; one of {AGENT_TOOLSET_TYPE}, {MCP_TOOLSET_TYPE}, {CUSTOM_TYPE}"
-        ));
-    };
-    let name_of = |key: &str| obj.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-    match t.as_str() {
-        Some(AGENT_TOOLSET_TYPE) => Ok(EntryKind::Agent),
-        Some(MCP_TOOLSET_TYPE) => Ok(EntryKind::Mcp {
-            server: name_of("mcp_server_name").filter(|s| !s.is_empty()),
-        }),
-        Some(CUSTOM_TYPE) => Ok(EntryKind::Custom {
-            name: name_of("name"),
-        }),
-        Some(other) => Err(format!(
-            "type: unknown tool type {other:?}; one of {AGENT_TOOLSET_TYPE}, {MCP_TOOLSET_TYPE}, {CUSTOM_TYPE}"
-        )),
-        None => Err("type: expected a string".into()),
     }
 }
 

@@ -43,7 +43,11 @@ fn example() -> AgentSession {
 #[test]
 fn resolution_of_the_example() {
     let s = example();
-    let res = resolve(&s.spec, &Listings::new());
+    let res = resolve(
+        &s.spec,
+        &operator::validation::entries(&s.spec),
+        &Listings::new(),
+    );
     assert!(res.runner.is_some());
     let names: Vec<_> = res.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["bash", "read", "write", "edit", "glob", "grep"]);
@@ -63,7 +67,11 @@ fn an_invalid_toolset_resolves_to_no_runner_and_says_why() {
     let s = session(
         json!({"image": "x", "tools": [{"type": "agent_toolset_20260401", "configs": [{"name": "bash", "permission_polciy": {}}]}]}),
     );
-    let res = resolve(&s.spec, &Listings::new());
+    let res = resolve(
+        &s.spec,
+        &operator::validation::entries(&s.spec),
+        &Listings::new(),
+    );
     assert!(res.runner.is_none());
     assert!(res.tools.is_empty());
     let c = &res.conditions[0];
@@ -109,7 +117,7 @@ fn mcp_tools_resolve_from_the_listing_and_unknown_configs_are_noted() {
         input_schema: json!({"type": "object"}),
     };
     let listings: Listings = [("docs".to_owned(), Ok(vec![tool("search"), tool("delete")]))].into();
-    let res = resolve(&s.spec, &listings);
+    let res = resolve(&s.spec, &operator::validation::entries(&s.spec), &listings);
     let got: Vec<_> = res
         .tools
         .iter()
@@ -137,7 +145,7 @@ fn mcp_tools_resolve_from_the_listing_and_unknown_configs_are_noted() {
         Err("https://docs/mcp: cannot connect".to_owned()),
     )]
     .into();
-    let res = resolve(&s.spec, &down);
+    let res = resolve(&s.spec, &operator::validation::entries(&s.spec), &down);
     assert!(
         res.runner.is_some(),
         "an unreachable server does not stop the sandbox"
@@ -258,7 +266,11 @@ fn long_names_stay_within_limits_and_apart() {
 #[test]
 fn status_follows_the_pod() {
     let s = example();
-    let res = resolve(&s.spec, &Listings::new());
+    let res = resolve(
+        &s.spec,
+        &operator::validation::entries(&s.spec),
+        &Listings::new(),
+    );
     let now = Timestamp::UNIX_EPOCH;
     let st = build_status(&res, None, "demo-sandbox", None, Some(3), now);
     assert_eq!(st.phase, Some(SessionPhase::Pending));

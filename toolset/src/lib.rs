@@ -21,6 +21,7 @@ mod agent;
 mod config;
 mod definitions;
 mod duration;
+mod entry;
 mod error;
 mod materialize;
 mod mcp;
@@ -39,6 +40,7 @@ pub use definitions::{
     definition, is_web_tool,
 };
 pub use duration::format_duration;
+pub use entry::{CUSTOM_TYPE, Entries, Entry, EntryKind, classify};
 pub use error::ToolsetError;
 pub use materialize::{materialize, materialize_tools};
 pub use mcp::{

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{self, AGENT_TOOLSET_TYPE};
+use crate::agent;
 use crate::definitions::{BUILTIN_TOOLS, ToolDefinition, definition};
+use crate::entry::{Entries, Entry};
 use crate::error::ToolsetError;
 use crate::policy::PermissionPolicy;
-use crate::{DEFAULT_AGENT_TOOLSET_POLICY, path, raw};
+use crate::{DEFAULT_AGENT_TOOLSET_POLICY, raw};
 
 /// The enabled sandbox tools of a session and their policies.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,31 +39,23 @@ impl ResolvedToolset {
     /// the `agent_toolset_20260401` entry enables sandbox tools; with none,
     /// none are enabled. Errors name the entry's index (`tools[2].configs[0]...`).
     pub fn from_entries<T: AsRef<[u8]>>(entries: &[T]) -> Result<Self, ToolsetError> {
-        let mut found: Option<(usize, &[u8])> = None;
-        for (i, entry) in entries.iter().enumerate() {
-            let bytes = entry.as_ref();
-            if entry_type(bytes).as_deref() != Some(AGENT_TOOLSET_TYPE) {
-                continue;
-            }
-            if let Some((first, _)) = found {
-                return Err(ToolsetError::DuplicateToolset {
-                    path: path::index("tools", i),
-                    kind: AGENT_TOOLSET_TYPE,
-                    first: path::index("tools", first),
-                });
-            }
-            found = Some((i, bytes));
-        }
-        let Some((i, bytes)) = found else {
+        let parsed = Entries::parse(entries.iter().map(|e| e.as_ref().to_vec()));
+        Self::from_agent_entry(parsed.agent("tools")?, "tools")
+    }
+
+    /// Resolves the session's one agent toolset entry (see
+    /// [`Entries::agent`]); errors are rooted at the entry's path under `base`.
+    pub fn from_agent_entry(entry: Option<&Entry>, base: &str) -> Result<Self, ToolsetError> {
+        let Some(entry) = entry else {
             return Ok(Self {
                 tools: Vec::new(),
                 policies: BTreeMap::new(),
             });
         };
-        let prefix = path::index("tools", i);
+        let prefix = entry.path(base);
         Ok(Self {
-            tools: agent::tools(bytes).map_err(|e| e.with_prefix(&prefix))?,
-            policies: agent::policies(bytes).map_err(|e| e.with_prefix(&prefix))?,
+            tools: agent::tools(&entry.raw).map_err(|e| e.with_prefix(&prefix))?,
+            policies: agent::policies(&entry.raw).map_err(|e| e.with_prefix(&prefix))?,
         })
     }
 

@@ -1,0 +1,285 @@
+//! What one reconcile decides, as a pure function of the session, what was
+//! observed in the cluster and the resolution: the objects to apply, what to
+//! do with the pod, the status to write, the events to publish and when to
+//! look again. The controller only carries the plan out, so every rule here
+//! is tested without an API server (`tests/plan.rs`).
+
+use std::time::Duration;
+
+use crds::{AgentSession, AgentSessionStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
+use crate::resolution::Resolution;
+use crate::status;
+
+/// How soon a session is looked at again when nothing is wrong.
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// How soon an MCP server that did not list its tools is asked again.
+pub const MCP_RETRY: Duration = Duration::from_secs(30);
+/// How soon a pod that is not ready yet is looked at again (pod events
+/// also wake the controller; this is the floor if one is missed).
+pub const POD_NOT_READY: Duration = Duration::from_secs(15);
+/// How soon a pod being deleted is looked at again, to create its successor.
+pub const POD_GOING: Duration = Duration::from_secs(2);
+/// The longest a failing session waits before the next attempt.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What the controller read from the cluster for one session.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The session's pod, if one exists under its name.
+    pub pod: Option<Pod>,
+    /// Whether the workspace claim already exists.
+    pub claim_exists: bool,
+}
+
+/// What to do with the sandbox pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodAction {
+    /// The pod is as it should be (or there is none and none may run).
+    Keep,
+    /// Apply this pod: none exists.
+    Create(Box<Pod>),
+    /// Delete the existing pod: its spec is outdated (a successor follows
+    /// once it is gone) or no pod may run. The UID makes the delete a
+    /// precondition on the pod that was observed, never a successor.
+    Delete { name: String, uid: Option<String> },
+    /// The pod is already being deleted; wait for it to go.
+    WaitForDeletion,
+}
+
+/// One event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Note {
+    fn normal(reason: &str, message: String) -> Self {
+        Self {
+            warning: false,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    fn warning(reason: &str, message: String) -> Self {
+        Self {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+/// Everything one reconcile does.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The runner's toolset ConfigMap to apply (none when nothing may run).
+    pub configmap: Option<ConfigMap>,
+    /// The workspace claim to create (only when it does not exist yet).
+    pub claim: Option<PersistentVolumeClaim>,
+    pub pod: PodAction,
+    /// Events to publish once the pod action has been carried out.
+    pub pod_events: Vec<Note>,
+    pub status: AgentSessionStatus,
+    /// Events for what changed since the previous status.
+    pub events: Vec<Note>,
+    pub requeue: Duration,
+    /// Warnings of the resolution, repeated with any status change.
+    warnings: Vec<String>,
+}
+
+/// Decides one reconcile.
+pub fn plan(
+    session: &AgentSession,
+    observed: &Observed,
+    resolution: &Resolution,
+    cfg: &PodConfig,
+    now: Timestamp,
+) -> Plan {
+    let name = session.name_any();
+    let pod_name = pod::pod_name(&name);
+    let (action, pod_events, current) = decide_pod(session, observed, resolution, cfg);
+    let mut requeue = if resolution.retry_mcp {
+        MCP_RETRY
+    } else {
+        RESYNC
+    };
+    if matches!(
+        action,
+        PodAction::Delete { .. } | PodAction::WaitForDeletion
+    ) && resolution.runner.is_some()
+    {
+        requeue = POD_GOING;
+    }
+    let previous = session.status.as_ref();
+    let status = status::build_status(
+        resolution,
+        current.as_ref(),
+        &pod_name,
+        previous,
+        session.metadata.generation,
+        now,
+    );
+    if current.is_some() && status.phase != Some(crds::SessionPhase::Ready) {
+        requeue = requeue.min(POD_NOT_READY);
+    }
+    let runs = resolution.runner.as_ref();
+    let mut plan = Plan {
+        configmap: runs.map(|r| pod::toolset_configmap(session, r)),
+        claim: runs
+            .filter(|_| !observed.claim_exists)
+            .and_then(|_| pod::workspace_claim(session)),
+        pod: action,
+        pod_events,
+        events: Vec::new(),
+        status,
+        requeue,
+        warnings: resolution.warnings.clone(),
+    };
+    plan.events = status_events(previous, &plan.status, &plan.warnings);
+    plan
+}
+
+/// The pod action, the events it earns, and the pod the status describes.
+fn decide_pod(
+    session: &AgentSession,
+    observed: &Observed,
+    resolution: &Resolution,
+    cfg: &PodConfig,
+) -> (PodAction, Vec<Note>, Option<Pod>) {
+    let pod_name = pod::pod_name(&session.name_any());
+    let existing = observed.pod.as_ref();
+    let going = existing.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+    if resolution.runner.is_none() {
+        return match existing {
+            Some(p) if !going => (
+                delete(p),
+                vec![Note::warning(
+                    "StoppedPod",
+                    format!("the toolset is invalid; deleted pod {pod_name}"),
+                )],
+                None,
+            ),
+            Some(_) => (PodAction::WaitForDeletion, Vec::new(), None),
+            None => (PodAction::Keep, Vec::new(), None),
+        };
+    }
+    let desired = pod::build_pod(session, cfg);
+    let want = desired.annotations().get(SPEC_HASH_ANNOTATION);
+    match existing {
+        Some(_) if going => (PodAction::WaitForDeletion, Vec::new(), None),
+        Some(p) if p.annotations().get(SPEC_HASH_ANNOTATION) != want => (
+            delete(p),
+            vec![Note::normal(
+                "ReplacingPod",
+                format!("the session changed; replacing pod {pod_name}"),
+            )],
+            None,
+        ),
+        Some(p) => (PodAction::Keep, Vec::new(), Some(p.clone())),
+        None => (
+            PodAction::Create(Box::new(desired.clone())),
+            vec![Note::normal(
+                "CreatedPod",
+                format!("created sandbox pod {pod_name}"),
+            )],
+            Some(desired),
+        ),
+    }
+}
+
+fn delete(p: &Pod) -> PodAction {
+    PodAction::Delete {
+        name: p.name_any(),
+        uid: p.metadata.uid.clone(),
+    }
+}
+
+impl Plan {
+    /// Rewrites the plan for an apply that failed: the status says so in
+    /// its Ready condition (so the session does not sit in Pending with no
+    /// explanation), a Warning event is due, and the pod's own events are
+    /// dropped because the action did not happen. `message` is short and
+    /// safe to show to the session's author.
+    pub fn apply_failed(
+        &mut self,
+        previous: Option<&AgentSessionStatus>,
+        message: &str,
+        now: Timestamp,
+    ) {
+        let was_false = previous
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.status == "False")
+            .map(|c| c.last_transition_time.clone());
+        if let Some(ready) = self
+            .status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == "Ready")
+        {
+            ready.status = "False".into();
+            ready.reason = "ApplyFailed".into();
+            ready.message = message.to_owned();
+            ready.last_transition_time = was_false.unwrap_or(Time(now));
+        }
+        if self.status.phase == Some(crds::SessionPhase::Ready) {
+            self.status.phase = Some(crds::SessionPhase::Pending);
+        }
+        self.status.pod_name = None;
+        self.pod_events.clear();
+        self.events = status_events(previous, &self.status, &self.warnings);
+    }
+}
+
+/// Events only for what changed since the last status, so a steady state is
+/// quiet: a changed condition is published, and so is every soft finding of
+/// the resolution (unknown MCP config names, web tools).
+pub fn status_events(
+    previous: Option<&AgentSessionStatus>,
+    now: &AgentSessionStatus,
+    warnings: &[String],
+) -> Vec<Note> {
+    let old = |t: &str| {
+        previous
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+    };
+    let mut out = Vec::new();
+    let mut any_changed = false;
+    for c in &now.conditions {
+        if old(&c.type_) == Some((c.status.as_str(), c.reason.as_str(), c.message.as_str())) {
+            continue;
+        }
+        any_changed = true;
+        match (c.type_.as_str(), c.status.as_str(), c.reason.as_str()) {
+            ("ToolsetValid" | "McpResolved", "False", _) | ("Ready", "False", "ApplyFailed") => {
+                out.push(Note::warning(&c.reason, c.message.clone()));
+            }
+            ("Ready", "True", _) => out.push(Note::normal("Ready", c.message.clone())),
+            _ => {}
+        }
+    }
+    if any_changed {
+        out.extend(
+            warnings
+                .iter()
+                .map(|w| Note::warning("ToolsetWarning", w.clone())),
+        );
+    }
+    out
+}
+
+/// The wait before the next attempt after `failures` consecutive failed
+/// reconciles: 2 s, 4 s, 8 s ... up to [`MAX_BACKOFF`].
+pub fn backoff(failures: u32) -> Duration {
+    let secs = 2u64.saturating_pow(failures.clamp(1, 16));
+    Duration::from_secs(secs).min(MAX_BACKOFF)
+}

@@ -1,0 +1,321 @@
+//! The reconcile plan, table by table: what one reconcile decides for each
+//! combination of session, observed pod and resolution, without a cluster.
+
+use std::time::Duration;
+
+use crds::{AgentSession, AgentSessionSpec, AgentSessionStatus, SessionPhase};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::core::ObjectMeta;
+use operator::controller::Backoff;
+use operator::plan::{self, Observed, Plan, PodAction};
+use operator::pod::{PodConfig, SPEC_HASH_ANNOTATION, build_pod};
+use operator::resolution::{Listings, resolve};
+use operator::validation::entries;
+use serde_json::json;
+
+fn session(tools: serde_json::Value, extra: serde_json::Value) -> AgentSession {
+    let mut spec = json!({
+        "image": "localhost/agentplane/sandbox-base:dev",
+        "workdir": "/workspace",
+        "tools": tools,
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let spec: AgentSessionSpec = serde_json::from_value(spec).expect("spec");
+    let mut s = AgentSession::new("demo", spec);
+    s.metadata = ObjectMeta {
+        name: Some("demo".into()),
+        namespace: Some("team-a".into()),
+        uid: Some("1f0c2f59-0000-4000-8000-000000000001".into()),
+        generation: Some(2),
+        ..ObjectMeta::default()
+    };
+    s
+}
+
+fn valid() -> AgentSession {
+    session(json!([{"type": "agent_toolset_20260401"}]), json!({}))
+}
+
+fn invalid() -> AgentSession {
+    session(
+        json!([{"type": "agent_toolset_20260401", "configs": [{"name": "nope"}]}]),
+        json!({}),
+    )
+}
+
+fn with_mcp() -> AgentSession {
+    session(
+        json!([{"type": "agent_toolset_20260401"},
+               {"type": "mcp_toolset", "mcp_server_name": "gh"}]),
+        json!({"mcpServers": [{"type": "url", "name": "gh", "url": "https://mcp.example.invalid/mcp"}]}),
+    )
+}
+
+fn cfg() -> PodConfig {
+    PodConfig {
+        runner_image: "localhost/agentplane/runner:dev".into(),
+        image_pull_policy: "IfNotPresent".into(),
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_000).expect("t")
+}
+
+/// The pod the operator would build for `s`, running and (un)ready.
+fn running(s: &AgentSession, ready: bool) -> Pod {
+    let mut pod = build_pod(s, &cfg());
+    pod.metadata.uid = Some("pod-uid-1".into());
+    pod.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    });
+    pod
+}
+
+fn plan_for(s: &AgentSession, pod: Option<Pod>, listings: &Listings) -> Plan {
+    let res = resolve(&s.spec, &entries(&s.spec), listings);
+    let observed = Observed {
+        pod,
+        claim_exists: false,
+    };
+    plan::plan(s, &observed, &res, &cfg(), now())
+}
+
+fn reasons(notes: &[plan::Note]) -> Vec<(bool, &str)> {
+    notes
+        .iter()
+        .map(|n| (n.warning, n.reason.as_str()))
+        .collect()
+}
+
+fn ready_reason(p: &Plan) -> (&str, &str) {
+    let c = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready condition");
+    (c.status.as_str(), c.reason.as_str())
+}
+
+#[test]
+fn no_pod_creates_one_and_looks_again_soon() {
+    let s = valid();
+    let p = plan_for(&s, None, &Listings::new());
+    let PodAction::Create(pod) = &p.pod else {
+        panic!("expected a create, got {:?}", p.pod);
+    };
+    assert_eq!(pod.metadata.name.as_deref(), Some("demo-sandbox"));
+    assert!(
+        p.configmap.is_some(),
+        "the toolset ConfigMap is applied first"
+    );
+    assert_eq!(reasons(&p.pod_events), [(false, "CreatedPod")]);
+    assert_eq!(p.status.phase, Some(SessionPhase::Pending));
+    assert_eq!(p.status.pod_name.as_deref(), Some("demo-sandbox"));
+    assert_eq!(p.requeue, plan::POD_NOT_READY);
+}
+
+#[test]
+fn a_changed_spec_replaces_the_observed_pod_by_uid() {
+    let s = valid();
+    let mut old = running(&s, true);
+    old.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(SPEC_HASH_ANNOTATION.into(), "outdated".into());
+    let p = plan_for(&s, Some(old), &Listings::new());
+    assert_eq!(
+        p.pod,
+        PodAction::Delete {
+            name: "demo-sandbox".into(),
+            uid: Some("pod-uid-1".into())
+        }
+    );
+    assert_eq!(reasons(&p.pod_events), [(false, "ReplacingPod")]);
+    assert_eq!(p.status.pod_name, None);
+    assert_eq!(p.requeue, plan::POD_GOING);
+}
+
+#[test]
+fn a_pod_being_deleted_is_waited_for() {
+    let s = valid();
+    let mut going = running(&s, true);
+    going.metadata.deletion_timestamp = Some(Time(now()));
+    let p = plan_for(&s, Some(going), &Listings::new());
+    assert_eq!(p.pod, PodAction::WaitForDeletion);
+    assert!(p.pod_events.is_empty());
+    assert_eq!(p.requeue, plan::POD_GOING);
+}
+
+#[test]
+fn a_ready_pod_is_kept_and_the_session_resyncs_slowly() {
+    let s = valid();
+    let p = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    assert_eq!(p.pod, PodAction::Keep);
+    assert_eq!(p.status.phase, Some(SessionPhase::Ready));
+    assert_eq!(reasons(&p.events), [(false, "Ready")]);
+    assert_eq!(p.requeue, plan::RESYNC);
+}
+
+#[test]
+fn requeue_intervals() {
+    let s = valid();
+    let m = with_mcp();
+    let down: Listings = [("gh".to_owned(), Err("connection refused".to_owned()))].into();
+    let cases: [(&str, Plan, Duration); 5] = [
+        (
+            "ready",
+            plan_for(&s, Some(running(&s, true)), &Listings::new()),
+            plan::RESYNC,
+        ),
+        (
+            "not ready",
+            plan_for(&s, Some(running(&s, false)), &Listings::new()),
+            plan::POD_NOT_READY,
+        ),
+        (
+            "mcp down, pod ready",
+            plan_for(&m, Some(running(&m, true)), &down),
+            plan::MCP_RETRY,
+        ),
+        (
+            "mcp down, pod not ready",
+            plan_for(&m, Some(running(&m, false)), &down),
+            plan::POD_NOT_READY,
+        ),
+        (
+            "invalid",
+            plan_for(&invalid(), None, &Listings::new()),
+            plan::RESYNC,
+        ),
+    ];
+    for (what, p, want) in cases {
+        assert_eq!(p.requeue, want, "{what}");
+    }
+}
+
+#[test]
+fn an_invalid_toolset_stops_the_pod_and_says_why() {
+    let s = invalid();
+    let pod = running(&valid(), true);
+    let p = plan_for(&s, Some(pod), &Listings::new());
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    assert!(
+        p.configmap.is_none(),
+        "nothing is applied for an invalid toolset"
+    );
+    assert_eq!(reasons(&p.pod_events), [(true, "StoppedPod")]);
+    assert_eq!(p.status.phase, Some(SessionPhase::Invalid));
+    assert_eq!(reasons(&p.events), [(true, "InvalidToolset")]);
+    let msg = &p.events[0].message;
+    assert!(msg.contains("spec.tools[0].configs[0].name"), "{msg}");
+
+    let none = plan_for(&s, None, &Listings::new());
+    assert_eq!(none.pod, PodAction::Keep);
+    assert!(none.pod_events.is_empty());
+}
+
+#[test]
+fn a_failed_pod_apply_is_a_condition_and_a_warning() {
+    let s = valid();
+    let mut p = plan_for(&s, None, &Listings::new());
+    p.apply_failed(
+        None,
+        "Kubernetes API request failed: pods is forbidden",
+        now(),
+    );
+    assert_eq!(ready_reason(&p), ("False", "ApplyFailed"));
+    assert_eq!(p.status.phase, Some(SessionPhase::Pending));
+    assert_eq!(p.status.pod_name, None, "no pod was made");
+    assert!(p.pod_events.is_empty(), "CreatedPod would be a lie");
+    assert!(
+        reasons(&p.events).contains(&(true, "ApplyFailed")),
+        "{:?}",
+        p.events
+    );
+
+    // The same failure again is not a new event.
+    let first = p.status.clone();
+    let mut again = plan_for(&with_status(&s, first), None, &Listings::new());
+    again.apply_failed(
+        Some(&p.status),
+        "Kubernetes API request failed: pods is forbidden",
+        Timestamp::from_second(2_000).expect("t"),
+    );
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    let since = |p: &Plan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.last_transition_time.clone())
+    };
+    assert_eq!(since(&again), since(&p), "the transition time is kept");
+}
+
+fn with_status(s: &AgentSession, st: AgentSessionStatus) -> AgentSession {
+    let mut s = s.clone();
+    s.status = Some(st);
+    s
+}
+
+#[test]
+fn a_steady_state_publishes_nothing() {
+    let s = valid();
+    let first = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    let again = plan_for(
+        &with_status(&s, first.status.clone()),
+        Some(running(&s, true)),
+        &Listings::new(),
+    );
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert!(again.pod_events.is_empty());
+}
+
+#[test]
+fn the_workspace_claim_is_created_only_when_missing() {
+    let s = session(
+        json!([{"type": "agent_toolset_20260401"}]),
+        json!({"workspace": {"volumeClaimTemplate": {"spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}}}}),
+    );
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let missing = Observed::default();
+    let present = Observed {
+        pod: None,
+        claim_exists: true,
+    };
+    assert!(
+        plan::plan(&s, &missing, &res, &cfg(), now())
+            .claim
+            .is_some()
+    );
+    assert!(
+        plan::plan(&s, &present, &res, &cfg(), now())
+            .claim
+            .is_none()
+    );
+}
+
+#[test]
+fn backoff_counts_each_failure_once() {
+    let b = Backoff::default();
+    let waits: Vec<u64> = (0..10).map(|_| b.failed("team-a/demo").as_secs()).collect();
+    assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    assert_eq!(b.failed("team-a/other").as_secs(), 2, "per session");
+    b.succeeded("team-a/demo");
+    assert_eq!(b.failed("team-a/demo").as_secs(), 2, "a success resets it");
+    assert_eq!(plan::backoff(u32::MAX), plan::MAX_BACKOFF);
+}
