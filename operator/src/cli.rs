@@ -12,9 +12,11 @@ use kube::{Api, Client};
 
 use crate::controller::{self, Context};
 use crate::error::{Error, Result};
+use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::pod::PodConfig;
-use crate::webhook::{self, Readiness, ReloadingCert, TlsFiles};
+use crate::tls::{self, ReloadingCert, TlsFiles};
+use crate::webhook::router as admission_router;
 use crate::{check, telemetry};
 
 /// Reconciles AgentSessions into hardened sandbox pods and validates them at admission.
@@ -218,6 +220,24 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// A future that resolves once the process is stopping.
+type Stopped = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>;
+
+/// Hands out futures that resolve when the stop flag is set.
+#[derive(Clone)]
+struct StopSignal(tokio::sync::watch::Receiver<bool>);
+
+impl StopSignal {
+    fn wait(&self) -> Stopped {
+        let mut rx = self.0.clone();
+        Box::pin(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        })
+    }
+}
+
+type Tasks = tokio::task::JoinSet<Result<()>>;
+
 async fn run(args: RunArgs) -> Result<()> {
     let _telemetry = telemetry::init("agent-operator", args.json_logs)?;
     let client = Client::try_default()
@@ -225,36 +245,15 @@ async fn run(args: RunArgs) -> Result<()> {
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
     let ready = Arc::new(Readiness::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let stop = StopSignal(stop_rx);
 
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(webhook::serve_plain(
+    let mut tasks = Tasks::new();
+    tasks.spawn(health::serve_plain(
         args.health_addr,
-        webhook::health_router(Arc::clone(&ready)),
-        stopped(),
+        health::router(Arc::clone(&ready)),
+        stop.wait(),
     ));
-
-    match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            let cert = ReloadingCert::load(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            })?;
-            cert.watch(Duration::from_secs(10));
-            tasks.spawn(webhook::serve_tls(args.webhook_addr, cert, stopped()));
-        }
-        (None, None) => tracing::warn!("no --tls-cert/--tls-key: the admission webhook is off"),
-        _ => {
-            return Err(Error::Tls(
-                "give both --tls-cert and --tls-key, or neither".into(),
-            ));
-        }
-    }
+    spawn_webhook(&args, &mut tasks, &stop)?;
 
     // The API server must answer before we call ourselves ready.
     client.apiserver_version().await?;
@@ -272,36 +271,13 @@ async fn run(args: RunArgs) -> Result<()> {
         let lease = args.leader_elect.then(|| {
             let identity = std::env::var("POD_NAME")
                 .unwrap_or_else(|_| format!("agent-operator-{}", std::process::id()));
-            LeaseConfig {
-                namespace: args.lease_namespace.clone(),
-                name: args.lease_name.clone(),
+            LeaseConfig::new(
+                args.lease_namespace.clone(),
+                args.lease_name.clone(),
                 identity,
-                duration: Duration::from_secs(15),
-                renew_every: Duration::from_secs(5),
-            }
+            )
         });
-        let client = client.clone();
-        let stop = stopped();
-        tasks.spawn(async move {
-            if let Some(cfg) = lease {
-                let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-                tokio::select! {
-                    () = stop => return Ok(()),
-                    acquired = leader::acquire(&api, &cfg) => acquired?,
-                }
-                let holder = leader::hold(api.clone(), cfg.clone());
-                let stop_again = stopped();
-                let outcome = tokio::select! {
-                    err = holder => Err(err),
-                    () = controller::run(ctx, stop_again) => Ok(()),
-                };
-                leader::release(&api, &cfg).await;
-                outcome
-            } else {
-                controller::run(ctx, stop).await;
-                Ok(())
-            }
-        });
+        tasks.spawn(reconcile(ctx, lease, stop.clone()));
     }
 
     tokio::select! {
@@ -318,4 +294,52 @@ async fn run(args: RunArgs) -> Result<()> {
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Starts the admission webhook when a certificate and key are given.
+fn spawn_webhook(args: &RunArgs, tasks: &mut Tasks, stop: &StopSignal) -> Result<()> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let cert = ReloadingCert::load(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            })?;
+            cert.watch(Duration::from_secs(10));
+            tasks.spawn(tls::serve(
+                args.webhook_addr,
+                admission_router(),
+                cert,
+                stop.wait(),
+            ));
+            Ok(())
+        }
+        (None, None) => {
+            tracing::warn!("no --tls-cert/--tls-key: the admission webhook is off");
+            Ok(())
+        }
+        _ => Err(Error::Tls(
+            "give both --tls-cert and --tls-key, or neither".into(),
+        )),
+    }
+}
+
+/// Runs the controller, behind the leader lease when one is configured: it
+/// reconciles only while this replica holds the lease, and returns the
+/// error that ends leadership so that the process exits at once.
+async fn reconcile(ctx: Arc<Context>, lease: Option<LeaseConfig>, stop: StopSignal) -> Result<()> {
+    let Some(cfg) = lease else {
+        controller::run(ctx, stop.wait()).await;
+        return Ok(());
+    };
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
+    tokio::select! {
+        () = stop.wait() => return Ok(()),
+        acquired = leader::acquire(&api, &cfg) => acquired?,
+    }
+    let outcome = tokio::select! {
+        err = leader::hold(&api, &cfg) => Err(err),
+        () = controller::run(ctx, stop.wait()) => Ok(()),
+    };
+    leader::release(&api, &cfg).await;
+    outcome
 }

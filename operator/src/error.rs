@@ -41,6 +41,9 @@ pub enum Error {
     #[error("telemetry setup failed: {0}")]
     Telemetry(String),
 
+    #[error("a leader lease call did not answer within {0:?}")]
+    LeaseTimeout(std::time::Duration),
+
     #[error("lost the leader lease {0}; exiting so that another replica takes over")]
     LostLease(String),
 

@@ -12,13 +12,16 @@ pub mod check;
 pub mod cli;
 pub mod controller;
 pub mod error;
+pub mod health;
 pub mod leader;
+pub mod listen;
 pub mod mcp;
 pub mod plan;
 pub mod pod;
 pub mod resolution;
 pub mod status;
 pub mod telemetry;
+pub mod tls;
 pub mod validation;
 pub mod webhook;
 
