@@ -2,7 +2,7 @@
 //! resolution and the pod, with transition times kept when nothing changed.
 
 use crds::{AgentSessionStatus, RUNNER_PORT, RUNNER_SOCKET, RunnerEndpoint, SessionPhase};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -41,16 +41,6 @@ pub fn pod_view(resolution: &Resolution, pod: Option<&Pod>) -> (SessionPhase, Co
     let pod_ready = status
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    // The most telling wait: an init container's (image pulls fail there
-    // first), and never the main container's "PodInitializing" placeholder.
-    let waiting = status.and_then(|s| {
-        s.init_container_statuses
-            .iter()
-            .flatten()
-            .chain(s.container_statuses.iter().flatten())
-            .filter_map(|c| c.state.as_ref()?.waiting.clone())
-            .find(|w| w.reason.as_deref() != Some("PodInitializing"))
-    });
     match phase {
         "Running" if pod_ready => (
             SessionPhase::Ready,
@@ -77,25 +67,38 @@ pub fn pod_view(resolution: &Resolution, pod: Option<&Pod>) -> (SessionPhase, Co
                 .unwrap_or_else(|| "the sandbox pod failed".into());
             (SessionPhase::Failed, ready(false, &why, msg))
         }
-        _ => match waiting {
-            Some(w) => (
-                SessionPhase::Pending,
-                ready(
-                    false,
-                    w.reason.as_deref().unwrap_or("ContainerWaiting"),
-                    w.message
-                        .unwrap_or_else(|| "the sandbox container is waiting".into()),
-                ),
-            ),
-            None => (
-                SessionPhase::Pending,
-                ready(
-                    false,
-                    "RunnerStarting",
-                    format!("pod is {phase}; waiting for the runner to answer"),
-                ),
-            ),
-        },
+        _ => (SessionPhase::Pending, waiting(status, phase)),
+    }
+}
+
+/// The Ready condition of a pod that is neither running ready nor ended:
+/// the most telling wait, an init container's (image pulls fail there
+/// first), never the main container's "PodInitializing" placeholder.
+fn waiting(status: Option<&PodStatus>, phase: &str) -> CondSpec {
+    let wait = status.and_then(|s| {
+        s.init_container_statuses
+            .iter()
+            .flatten()
+            .chain(s.container_statuses.iter().flatten())
+            .filter_map(|c| c.state.as_ref()?.waiting.clone())
+            .find(|w| w.reason.as_deref() != Some("PodInitializing"))
+    });
+    let (reason, message) = match wait {
+        Some(w) => (
+            w.reason.unwrap_or_else(|| "ContainerWaiting".into()),
+            w.message
+                .unwrap_or_else(|| "the sandbox container is waiting".into()),
+        ),
+        None => (
+            "RunnerStarting".into(),
+            format!("pod is {phase}; waiting for the runner to answer"),
+        ),
+    };
+    CondSpec {
+        type_: "Ready",
+        status: false,
+        reason,
+        message,
     }
 }
 
