@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 
+use crate::check;
 use crate::controller::{self, Context};
 use crate::error::{Error, Result};
 use crate::health::{self, Readiness};
@@ -17,7 +18,6 @@ use crate::leader::{self, LeaseConfig};
 use crate::pod::PodConfig;
 use crate::tls::{self, ReloadingCert, TlsFiles};
 use crate::webhook::router as admission_router;
-use crate::{check, telemetry};
 
 /// Reconciles AgentSessions into hardened sandbox pods and validates them at admission.
 #[derive(Debug, Parser)]
@@ -239,7 +239,14 @@ impl StopSignal {
 type Tasks = tokio::task::JoinSet<Result<()>>;
 
 async fn run(args: RunArgs) -> Result<()> {
-    let _telemetry = telemetry::init("agent-operator", args.json_logs)?;
+    let _telemetry = telemetry::init(telemetry::Setup {
+        service: "agent-operator",
+        json_logs: args.json_logs,
+        default_filter: "info,kube=warn,tower=warn,hyper=warn",
+        traces: true,
+        metrics: true,
+    })
+    .map_err(|e| Error::Telemetry(e.to_string()))?;
     let client = Client::try_default()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;

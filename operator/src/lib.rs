@@ -20,7 +20,6 @@ pub mod plan;
 pub mod pod;
 pub mod resolution;
 pub mod status;
-pub mod telemetry;
 pub mod tls;
 pub mod validation;
 pub mod webhook;
