@@ -214,7 +214,12 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let entries = validation::entries(&session.spec);
-    let listings = list_servers(&session.spec, &entries, ctx.mcp_timeout).await;
+    // An invalid spec reaches no server: its URLs were never admitted.
+    let listings = if validation::check(&session.spec, &entries).is_valid() {
+        list_servers(&session.spec, &entries, ctx.mcp_timeout).await
+    } else {
+        Listings::new()
+    };
     let res = resolution::resolve(&session.spec, &entries, &listings);
     let observed = observe(ctx, &ns, session, &res).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());

@@ -17,6 +17,12 @@ pub const PROTOCOL_VERSION: &str = "2025-06-18";
 /// Most pages one listing follows, so a server that keeps handing out
 /// cursors cannot hold a reconcile forever.
 const MAX_PAGES: usize = 50;
+/// Largest answer read from a server: a listing of 128 tools with rich
+/// schemas fits many times over, and a hostile server cannot grow the
+/// operator (whose memory limit is shared by every session) past it.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// The longest a TCP connect may take, whatever the request timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Streamable HTTP client for one server.
 #[derive(Debug, Clone)]
@@ -29,8 +35,13 @@ pub struct McpClient {
 impl McpClient {
     /// A client for `server` at `url`, each request bounded by `timeout`.
     pub fn new(server: &str, url: &str, timeout: Duration) -> Result<Self> {
+        // Redirects are not followed: a 307/308 would replay the POST to a
+        // destination the session's author chose after admission, from the
+        // operator's network position.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| Error::Mcp {
                 server: server.to_owned(),
@@ -187,10 +198,22 @@ impl McpClient {
             .get("Content-Type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let text = resp.text().await.map_err(|e| self.fail(describe(&e)))?;
         if !status.is_success() {
-            return Err(self.fail(format!("{method} answered HTTP {status}: {}", text.trim())));
+            // The body is the server's, not ours to copy into a status that
+            // the session's author reads; it goes to the operator's log.
+            let head = read_capped(resp, 512).await.unwrap_or_default();
+            tracing::debug!(server = %self.server, %status, body = %String::from_utf8_lossy(&head), "MCP server refused");
+            let hint = if status.is_redirection() {
+                " (redirects are not followed)"
+            } else {
+                ""
+            };
+            return Err(self.fail(format!("{method} answered HTTP {status}{hint}")));
         }
+        let answer = read_capped(resp, MAX_BODY_BYTES)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let text = String::from_utf8_lossy(&answer);
         let id = body.get("id").cloned().unwrap_or(Value::Null);
         let message = if sse {
             find_sse_response(&text, &id)
@@ -238,6 +261,22 @@ pub fn find_sse_response(stream: &str, id: &Value) -> Option<Value> {
     }
     flush(&mut data);
     found
+}
+
+/// The body, up to `limit` bytes; an error when it is longer (or the read
+/// fails), so that nothing past the limit is ever buffered.
+async fn read_capped(
+    mut resp: reqwest::Response,
+    limit: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+        if out.len() + chunk.len() > limit {
+            return Err(format!("answer larger than {limit} bytes; not read"));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 fn describe(e: &reqwest::Error) -> String {

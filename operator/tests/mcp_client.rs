@@ -84,3 +84,102 @@ async fn an_unreachable_server_is_an_error_naming_it() {
         "{text}"
     );
 }
+
+/// A hostile HTTP server on loopback: every connection gets `answer`
+/// (status line, headers and a body of `body_len` bytes of `fill`, streamed),
+/// whatever was asked. Returns its URL and a hit counter.
+async fn hostile(
+    head: &'static str,
+    body_len: usize,
+    fill: u8,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let head = format!("{head}Content-Length: {body_len}\r\nConnection: close\r\n\r\n");
+                if conn.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![fill; 64 << 10];
+                let mut left = body_len;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if conn.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/mcp"), hits)
+}
+
+#[tokio::test]
+async fn a_redirect_is_not_followed() {
+    let (target, target_hits) = hostile("HTTP/1.1 200 OK\r\n", 0, b' ').await;
+    let head: &'static str = Box::leak(
+        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\n").into_boxed_str(),
+    );
+    let (url, _) = hostile(head, 0, b' ').await;
+    let client = McpClient::new("redir", &url, Duration::from_secs(5)).expect("client");
+    let err = client
+        .list_tools()
+        .await
+        .expect_err("a redirect is a failure");
+    let text = err.to_string();
+    assert!(
+        text.contains("HTTP 307") && text.contains("not followed"),
+        "{text}"
+    );
+    assert_eq!(
+        target_hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the POST was replayed to the redirect's target"
+    );
+}
+
+#[tokio::test]
+async fn a_huge_answer_is_refused_without_reading_it() {
+    let huge = 256 << 20;
+    let (url, _) = hostile(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n",
+        huge,
+        b' ',
+    )
+    .await;
+    let client = McpClient::new("huge", &url, Duration::from_secs(20)).expect("client");
+    let err = client.list_tools().await.expect_err("too large");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "larger than {} bytes",
+            operator::mcp::MAX_BODY_BYTES
+        )),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_body_is_not_copied_into_the_message() {
+    let (url, _) = hostile(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n",
+        64,
+        b'S',
+    )
+    .await;
+    let client = McpClient::new("leaky", &url, Duration::from_secs(5)).expect("client");
+    let text = client.list_tools().await.expect_err("500").to_string();
+    assert!(text.contains("HTTP 500"), "{text}");
+    assert!(!text.contains("SSSS"), "the upstream body leaked: {text}");
+}
