@@ -17,9 +17,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::Action;
+use kube::runtime::Controller;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
@@ -249,7 +250,8 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(MANAGER).force()
 }
 
-/// Reads what the plan depends on: the pod, and whether the claim exists.
+/// Reads what the plan depends on: the objects under the session's names
+/// (the ConfigMap and claim as metadata only).
 async fn observe(
     ctx: &Context,
     ns: &str,
@@ -259,17 +261,26 @@ async fn observe(
     let name = session.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let pod = pods.get_opt(&pod::pod_name(&name)).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let configmap = cms
+        .get_metadata_opt(&pod::toolset_configmap_name(&name))
+        .await?
+        .map(|m| m.metadata);
     let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
-    let claim_exists = if wants_claim {
+    let claim = if wants_claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
         claims
-            .get_opt(&pod::workspace_claim_name(&name))
+            .get_metadata_opt(&pod::workspace_claim_name(&name))
             .await?
-            .is_some()
+            .map(|m| m.metadata)
     } else {
-        false
+        None
     };
-    Ok(Observed { pod, claim_exists })
+    Ok(Observed {
+        pod,
+        configmap,
+        claim,
+    })
 }
 
 /// Issues the plan's API calls, in dependency order: the ConfigMap and
@@ -330,18 +341,35 @@ pub fn error_policy(session: Arc<AgentSession>, error: &Error, ctx: Arc<Context>
     Action::requeue(wait)
 }
 
+/// Most sessions reconciled at once. A reconcile may wait on MCP servers
+/// (bounded by their timeout); the bound keeps a burst of sessions from
+/// opening unbounded connections and starving the lease renewal.
+pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
+
 /// Runs the controller until `shutdown` resolves.
+///
+/// Sessions trigger a reconcile only when their generation changes (a spec
+/// change), not on every status write, so the operator's own status patch
+/// never wakes it again; pods it owns trigger on any change, and every
+/// session is looked at again on its plan's requeue.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let sessions: Api<AgentSession> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    Controller::new(sessions, watcher::Config::default())
+    let (reader, writer) = reflector::store();
+    let changed = watcher(sessions, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(changed, reader)
         .owns(
             pods,
             watcher::Config::default().labels("app.kubernetes.io/managed-by=agentplane"),
         )
+        .with_config(controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {

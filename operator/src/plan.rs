@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crds::{AgentSession, AgentSessionStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -33,8 +33,42 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct Observed {
     /// The session's pod, if one exists under its name.
     pub pod: Option<Pod>,
-    /// Whether the workspace claim already exists.
-    pub claim_exists: bool,
+    /// The toolset ConfigMap's metadata, if one exists under its name.
+    pub configmap: Option<ObjectMeta>,
+    /// The workspace claim's metadata, if one exists under its name.
+    pub claim: Option<ObjectMeta>,
+}
+
+/// Whether `meta` names `session` as its controlling owner, by UID: a name
+/// alone could be another session's object (or anyone's), and adopting or
+/// deleting it would be a takeover.
+pub fn owned_by(meta: &ObjectMeta, session: &AgentSession) -> bool {
+    let Some(uid) = session.metadata.uid.as_deref() else {
+        return false;
+    };
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// The first object under one of the session's names that the session does
+/// not own, described for a condition.
+fn foreign(session: &AgentSession, observed: &Observed) -> Option<String> {
+    let found = [
+        ("pod", observed.pod.as_ref().map(|p| &p.metadata)),
+        ("ConfigMap", observed.configmap.as_ref()),
+        ("PersistentVolumeClaim", observed.claim.as_ref()),
+    ];
+    found.into_iter().find_map(|(kind, meta)| {
+        let meta = meta?;
+        (!owned_by(meta, session)).then(|| {
+            format!(
+                "{kind} {} already exists and belongs to something else; rename the session or remove that object",
+                meta.name.as_deref().unwrap_or_default()
+            )
+        })
+    })
 }
 
 /// What to do with the sandbox pod.
@@ -104,6 +138,9 @@ pub fn plan(
     cfg: &PodConfig,
     now: Timestamp,
 ) -> Plan {
+    if let Some(conflict) = foreign(session, observed) {
+        return conflicted(session, resolution, conflict, now);
+    }
     let name = session.name_any();
     let pod_name = pod::pod_name(&name);
     let (action, pod_events, current) = decide_pod(session, observed, resolution, cfg);
@@ -135,7 +172,7 @@ pub fn plan(
     let mut plan = Plan {
         configmap: runs.map(|r| pod::toolset_configmap(session, r)),
         claim: runs
-            .filter(|_| !observed.claim_exists)
+            .filter(|_| observed.claim.is_none())
             .and_then(|_| pod::workspace_claim(session)),
         pod: action,
         pod_events,
@@ -145,6 +182,41 @@ pub fn plan(
         warnings: resolution.warnings.clone(),
     };
     plan.events = status_events(previous, &plan.status, &plan.warnings);
+    plan
+}
+
+/// A plan that touches nothing: one of the session's names is taken by an
+/// object it does not own. The status and a Warning event say which.
+fn conflicted(
+    session: &AgentSession,
+    resolution: &Resolution,
+    message: String,
+    now: Timestamp,
+) -> Plan {
+    let previous = session.status.as_ref();
+    let mut status = status::build_status(
+        resolution,
+        None,
+        "",
+        previous,
+        session.metadata.generation,
+        now,
+    );
+    status.pod_name = None;
+    let mut plan = Plan {
+        configmap: None,
+        claim: None,
+        pod: PodAction::Keep,
+        pod_events: Vec::new(),
+        events: Vec::new(),
+        status,
+        requeue: RESYNC,
+        warnings: resolution.warnings.clone(),
+    };
+    if resolution.runner.is_some() {
+        plan.set_ready_false(previous, "NameConflict", &message, now);
+        plan.events = status_events(previous, &plan.status, &plan.warnings);
+    }
     plan
 }
 
@@ -215,6 +287,26 @@ impl Plan {
         message: &str,
         now: Timestamp,
     ) {
+        self.set_ready_false(previous, "ApplyFailed", message, now);
+        if self.status.phase == Some(crds::SessionPhase::Ready) {
+            self.status.phase = Some(crds::SessionPhase::Pending);
+        }
+        self.status.pod_name = None;
+        self.pod_events.clear();
+        self.events = status_events(previous, &self.status, &self.warnings);
+    }
+}
+
+impl Plan {
+    /// Ready=False with `reason`, its transition time kept when it was
+    /// already False.
+    fn set_ready_false(
+        &mut self,
+        previous: Option<&AgentSessionStatus>,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) {
         let was_false = previous
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
             .filter(|c| c.status == "False")
@@ -226,16 +318,10 @@ impl Plan {
             .find(|c| c.type_ == "Ready")
         {
             ready.status = "False".into();
-            ready.reason = "ApplyFailed".into();
+            ready.reason = reason.into();
             ready.message = message.to_owned();
             ready.last_transition_time = was_false.unwrap_or(Time(now));
         }
-        if self.status.phase == Some(crds::SessionPhase::Ready) {
-            self.status.phase = Some(crds::SessionPhase::Pending);
-        }
-        self.status.pod_name = None;
-        self.pod_events.clear();
-        self.events = status_events(previous, &self.status, &self.warnings);
     }
 }
 
@@ -260,7 +346,8 @@ pub fn status_events(
         }
         any_changed = true;
         match (c.type_.as_str(), c.status.as_str(), c.reason.as_str()) {
-            ("ToolsetValid" | "McpResolved", "False", _) | ("Ready", "False", "ApplyFailed") => {
+            ("ToolsetValid" | "McpResolved", "False", _)
+            | ("Ready", "False", "ApplyFailed" | "NameConflict") => {
                 out.push(Note::warning(&c.reason, c.message.clone()));
             }
             ("Ready", "True", _) => out.push(Note::normal("Ready", c.message.clone())),

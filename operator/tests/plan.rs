@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
 use operator::controller::Backoff;
 use operator::plan::{self, Observed, Plan, PodAction};
-use operator::pod::{PodConfig, SPEC_HASH_ANNOTATION, build_pod};
+use operator::pod::{PodConfig, SPEC_HASH_ANNOTATION, build_pod, workspace_claim as build_claim};
 use operator::resolution::{Listings, resolve};
 use operator::validation::entries;
 use serde_json::json;
@@ -86,7 +86,7 @@ fn plan_for(s: &AgentSession, pod: Option<Pod>, listings: &Listings) -> Plan {
     let res = resolve(&s.spec, &entries(&s.spec), listings);
     let observed = Observed {
         pod,
-        claim_exists: false,
+        ..Observed::default()
     };
     plan::plan(s, &observed, &res, &cfg(), now())
 }
@@ -294,8 +294,8 @@ fn the_workspace_claim_is_created_only_when_missing() {
     let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
     let missing = Observed::default();
     let present = Observed {
-        pod: None,
-        claim_exists: true,
+        claim: build_claim(&s).map(|c| c.metadata),
+        ..Observed::default()
     };
     assert!(
         plan::plan(&s, &missing, &res, &cfg(), now())
@@ -318,4 +318,49 @@ fn backoff_counts_each_failure_once() {
     b.succeeded("team-a/demo");
     assert_eq!(b.failed("team-a/demo").as_secs(), 2, "a success resets it");
     assert_eq!(plan::backoff(u32::MAX), plan::MAX_BACKOFF);
+}
+
+#[test]
+fn an_object_the_session_does_not_own_is_neither_adopted_nor_deleted() {
+    let s = valid();
+    let mut theirs = running(&s, true);
+    theirs.metadata.owner_references = None;
+    let p = plan_for(&s, Some(theirs.clone()), &Listings::new());
+    assert_eq!(p.pod, PodAction::Keep);
+    assert!(
+        p.configmap.is_none() && p.claim.is_none(),
+        "nothing is applied"
+    );
+    assert_eq!(ready_reason(&p), ("False", "NameConflict"));
+    assert_eq!(reasons(&p.events), [(true, "NameConflict")]);
+    assert!(
+        p.events[0].message.contains("pod demo-sandbox"),
+        "{:?}",
+        p.events
+    );
+
+    // Owned by another object of the same name (another UID): still foreign.
+    let mut other = theirs;
+    let mut owner = build_pod(&s, &cfg()).metadata.owner_references.unwrap();
+    owner[0].uid = "someone-else".into();
+    other.metadata.owner_references = Some(owner);
+    let p = plan_for(&s, Some(other), &Listings::new());
+    assert_eq!(ready_reason(&p), ("False", "NameConflict"));
+
+    // A ConfigMap under the session's name that it does not own.
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        configmap: Some(ObjectMeta {
+            name: Some("demo-toolset".into()),
+            ..ObjectMeta::default()
+        }),
+        ..Observed::default()
+    };
+    let p = plan::plan(&s, &observed, &res, &cfg(), now());
+    assert!(p.configmap.is_none() && p.pod == PodAction::Keep);
+    assert!(
+        p.events[0].message.contains("ConfigMap demo-toolset"),
+        "{:?}",
+        p.events
+    );
 }
