@@ -9,13 +9,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::{Error, Result};
@@ -146,36 +148,93 @@ pub async fn serve(
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = crate::listen::bind(addr).await?;
     tracing::info!(%addr, "admission webhook listening");
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
             () = &mut shutdown => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
-                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
+                Err(e) => {
+                    // Out of descriptors or memory: retrying at once would
+                    // spin on the same error.
+                    tracing::warn!(error = %e, "accept failed; pausing before the next");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
             },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "too many webhook connections; closing the new one");
+            continue;
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
-            let tls =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-            if let Err(e) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(tls), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
-            }
+            let _slot = slot;
+            serve_connection(acceptor, tcp, peer, service).await;
         });
+    }
+}
+
+/// Most connections served at once; the API server keeps a few open.
+pub const MAX_CONNECTIONS: usize = 256;
+/// The longest a TLS handshake or a request's headers may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest one connection is kept, idle or not (the API server
+/// reconnects), so an idle or trickling client cannot hold a slot forever.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+async fn serve_connection<S>(acceptor: TlsAcceptor, tcp: TcpStream, peer: SocketAddr, service: S)
+where
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(HANDSHAKE_TIMEOUT);
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    // At its lifetime a connection is asked to close after the request in
+    // flight (an admission call cut mid-way would refuse a user's write),
+    // and dropped if it does not within the handshake timeout.
+    let ended = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        () = tokio::time::sleep(CONNECTION_LIFETIME) => {
+            conn.as_mut().graceful_shutdown();
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, conn).await.ok()
+        }
+    };
+    match ended {
+        Some(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
+        }
+        Some(Ok(())) => {}
+        None => tracing::debug!(%peer, "webhook connection dropped after its lifetime"),
     }
 }

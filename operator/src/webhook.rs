@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -23,9 +24,34 @@ static DECISIONS: LazyLock<Counter<u64>> = LazyLock::new(|| {
         .build()
 });
 
+/// Largest AdmissionReview accepted. An UPDATE carries the object and the
+/// old object, each up to the API server's ~3 MiB request limit, plus the
+/// review's own fields; axum's 2 MB default refused the UPDATE of a session
+/// over about 1 MB.
+pub const MAX_REVIEW_BYTES: usize = 8 << 20;
+/// The longest one decision may take. The API server waits at most the
+/// webhook's timeoutSeconds (10 s in the chart) and then applies the
+/// failure policy; answering earlier with a denial names the cause.
+pub const DECISION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn validate(body: Bytes) -> Response {
     let decisions = &*DECISIONS;
-    match admission::review(&body) {
+    // Decoding and validating are CPU work: off the async workers, which
+    // also renew the leader lease and serve the health endpoints.
+    let work = tokio::task::spawn_blocking(move || admission::review(&body));
+    let outcome = match tokio::time::timeout(DECISION_DEADLINE, work).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => Err(format!("validation failed: {e}")),
+        Err(_) => {
+            decisions.add(1, &[KeyValue::new("allowed", "timeout")]);
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("validation took longer than {DECISION_DEADLINE:?}"),
+            )
+                .into_response();
+        }
+    };
+    match outcome {
         Ok((decision, review)) => {
             decisions.add(1, &[KeyValue::new("allowed", decision.allowed)]);
             if !decision.allowed {
@@ -42,5 +68,7 @@ async fn validate(body: Bytes) -> Response {
 
 /// The webhook's routes.
 pub fn router() -> Router {
-    Router::new().route("/validate", post(validate))
+    Router::new()
+        .route("/validate", post(validate))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
 }
