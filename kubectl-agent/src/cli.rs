@@ -14,7 +14,12 @@ use crate::{forward, session};
 
 /// Call an AgentSession's tools from kubectl.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-agent", bin_name = "kubectl agent", version)]
+#[command(
+    name = "kubectl-agent",
+    bin_name = "kubectl agent",
+    version,
+    after_help = "Exit codes: 0 ok; 1 the tool reported an error (is_error); 2 refused or malformed (usage, a policy refusal, a busy runner); 3 could not call (session not found or not ready, port-forward failed, the connection broke, the runner failed); 130 a followed call cancelled by Ctrl-C."
+)]
 pub struct Cli {
     /// Namespace of the session (default: the kubeconfig context's).
     #[arg(short, long, global = true)]

@@ -13,7 +13,8 @@ use crate::Error;
 #[command(
     name = "agent-sidecar",
     version,
-    about = "The sandbox runner: serves the built-in tools (bash, read, write, edit, glob, grep) over gRPC"
+    about = "The sandbox runner: serves the built-in tools (bash, read, write, edit, glob, grep) over gRPC",
+    after_help = "Exit codes of call, health and tools: 0 ok; 1 the tool reported an error (call: is_error) or the runner is not serving (health); 2 refused or malformed (usage, a policy refusal, a busy runner); 3 could not call (the runner is unreachable, the connection broke, or the runner failed). serve and install: 0 done, 1 failed, 2 a flag value they cannot use."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -24,9 +25,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve the tools until SIGTERM (which drains in-flight calls).
     Serve(ServeArgs),
-    /// Make one tool call and print {"content": ..., "is_error": ...} as one JSON line.
+    /// Make one tool call and print {"content": ..., "is_error": ...} as one
+    /// JSON line; exit 1 when is_error.
     Call(CallArgs),
-    /// Check the runner's health; exits 0 when it is serving.
+    /// Check the runner's health: SERVING exits 0, NOT_SERVING 1.
     Health(TargetArgs),
     /// Print the tool definitions the session enables, as JSON.
     Tools(TargetArgs),
