@@ -14,4 +14,4 @@ cargo build --release -p sidecar --bin agent-sidecar >&2
 PY=${AGENTPLANE_PYTHON:-$(scripts/python-env.sh)}
 exec "$PY" tests/bench/vs_swerex.py \
   --runner "$CARGO_TARGET_DIR/release/agent-sidecar" \
-  --proto sidecar/proto/runner.proto "$@"
+  --proto runner-api/proto/runner.proto "$@"

@@ -53,5 +53,5 @@ HELM=$(command -v helm)
 export KUBECTL HELM
 scripts/images.sh
 tests/telemetry/collector.sh build   # a real OpenTelemetry Collector, from the Go module proxy (cached)
-cargo build --locked -p operator -p kubectl-agent
+cargo build --locked -p operator -p kubectl-agent -p sidecar
 cargo test --locked -p e2e -- --test-threads=1

@@ -21,10 +21,6 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "agentplane.dev";
 /// The served and stored version.
 pub const VERSION: &str = "v1alpha1";
-/// Where the runner's socket lives inside the sandbox pod.
-pub const RUNNER_SOCKET: &str = "/run/agent/runner.sock";
-/// The loopback port the runner also listens on, reached by port-forward.
-pub const RUNNER_PORT: u16 = 7070;
 
 /// An agent session: a hardened sandbox pod whose built-in runner executes
 /// the agent's tools (bash, read, write, edit, glob, grep) inside the

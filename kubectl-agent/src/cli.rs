@@ -3,18 +3,23 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use crds::{AgentSession, RUNNER_PORT};
+use crds::AgentSession;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
-use sidecar::proto::RunRequest;
-use sidecar::proto::runner_client::RunnerClient;
+use runner_api::proto::RunRequest;
+use runner_api::{RUNNER_PORT, Refusal, exit};
 
 use crate::error::Error;
 use crate::{forward, session};
 
 /// Call an AgentSession's tools from kubectl.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-agent", bin_name = "kubectl agent", version)]
+#[command(
+    name = "kubectl-agent",
+    bin_name = "kubectl agent",
+    version,
+    after_help = "Exit codes: 0 ok; 1 the tool reported an error (is_error); 2 refused or malformed (usage, a policy refusal, a busy runner); 3 could not call (session not found or not ready, port-forward failed, the connection broke, the runner failed); 130 a followed call cancelled by Ctrl-C."
+)]
 pub struct Cli {
     /// Namespace of the session (default: the kubeconfig context's).
     #[arg(short, long, global = true)]
@@ -60,9 +65,10 @@ pub enum Command {
     },
 }
 
-/// Runs the command line. Exit codes: 0 the call succeeded, 1 the tool
-/// reported an error (the model would see is_error), 2 the call was refused
-/// or malformed, 3 it could not be made.
+/// Runs the command line. Exit codes ([`runner_api::exit`], shared with
+/// `agent-sidecar`): 0 the call succeeded, 1 the tool reported an error
+/// (the model would see is_error), 2 the call was refused or malformed,
+/// 3 it could not be made; 130 when Ctrl-C cancelled a followed call.
 pub async fn main(cli: Cli) -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
@@ -96,7 +102,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Tools { session: name } => {
             let s = get(name).await?;
             print!("{}", session::tools_table(&s));
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(exit::OK))
         }
         Command::Call {
             session: name,
@@ -145,57 +151,45 @@ async fn call(
     let pod = session::preflight(s, tool, confirm)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
-    let mut runner = RunnerClient::new(channel);
+    let mut runner = runner_api::Client::from_channel(channel);
+    let id = id.unwrap_or_else(runner_api::generate_call_id);
     let resp = runner
-        .run(RunRequest {
-            id: id.unwrap_or_else(sidecar::cli::generate_id),
-            name: tool.to_owned(),
-            input_json: input.to_owned(),
-            confirmed: confirm,
-        })
+        .run(&id, tool, input, confirm)
         .await
-        .map_err(|st| refusal(&st, tool, s.metadata.name.as_deref().unwrap_or_default()))?
-        .into_inner();
+        .map_err(|e| refusal(e, tool, s.metadata.name.as_deref().unwrap_or_default()))?;
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"content": resp.content, "is_error": resp.is_error})
-        );
+        let line = serde_json::to_string(&resp).map_err(|e| Error::Output(e.to_string()))?;
+        println!("{line}");
     } else {
         print!("{}", resp.content);
         if !resp.content.ends_with('\n') && !resp.content.is_empty() {
             println!();
         }
     }
-    Ok(if resp.is_error {
-        ExitCode::from(1)
+    Ok(ExitCode::from(if resp.is_error {
+        exit::TOOL_ERROR
     } else {
-        ExitCode::SUCCESS
-    })
+        exit::OK
+    }))
 }
 
-/// The plugin's error for a status the runner answered with.
-pub fn refusal(st: &tonic::Status, tool: &str, session: &str) -> Error {
-    let kind = st
-        .metadata()
-        .get(sidecar::error::REFUSAL_METADATA_KEY)
-        .and_then(|v| v.to_str().ok());
-    match kind {
-        Some("confirmation_required") => Error::ConfirmationRequired {
+/// The plugin's error for a call the runner did not run: the refusals a
+/// user can act on get the plugin's own words (which say what to type),
+/// the rest keep the runner's.
+pub fn refusal(e: runner_api::Error, tool: &str, session: &str) -> Error {
+    match e.refusal() {
+        Some(Refusal::ConfirmationRequired) => Error::ConfirmationRequired {
             tool: tool.to_owned(),
         },
-        Some("not_sandbox_tool") => Error::NotSandboxTool {
+        Some(Refusal::NotSandboxTool) => Error::NotSandboxTool {
             tool: tool.to_owned(),
         },
-        Some("disabled_tool") => Error::Disabled {
+        Some(Refusal::DisabledTool) => Error::Disabled {
             session: session.to_owned(),
             tool: tool.to_owned(),
             enabled: "(see kubectl agent tools)".into(),
         },
-        _ => Error::Refused {
-            code: format!("{:?}", st.code()),
-            message: st.message().to_owned(),
-        },
+        _ => Error::Runner(e),
     }
 }
 
@@ -211,13 +205,12 @@ async fn follow_bash(
     let pod = session::preflight(s, "bash", confirm)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let name = s.metadata.name.clone().unwrap_or_default();
-    let id = sidecar::cli::generate_id();
+    let id = runner_api::generate_call_id();
     let connect = || {
         let (pods, pod) = (pods.clone(), pod.clone());
         async move {
-            Ok(RunnerClient::new(
-                forward::channel(pods, pod, RUNNER_PORT).await?,
-            ))
+            let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
+            Ok(runner_api::Client::from_channel(channel))
         }
     };
     let req = RunRequest {
@@ -232,10 +225,10 @@ async fn follow_bash(
         r = followed => r?,
         _ = tokio::signal::ctrl_c() => {
             if let Ok(mut c) = connect().await {
-                let _ = c.cancel(sidecar::proto::CancelRequest { id: id.clone() }).await;
+                let _ = c.cancel(&id).await;
             }
             eprintln!("kubectl agent: cancelled call {id}");
-            return Ok(ExitCode::from(130));
+            return Ok(ExitCode::from(exit::INTERRUPTED));
         }
     };
     if done.is_error {
@@ -244,8 +237,51 @@ async fn follow_bash(
         if let Some(last) = done.content.lines().last() {
             eprintln!("{last}");
         }
-        Ok(ExitCode::from(1))
+        Ok(ExitCode::from(exit::TOOL_ERROR))
     } else {
-        Ok(ExitCode::SUCCESS)
+        Ok(ExitCode::from(exit::OK))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_read_in_the_plugins_words_and_exit_by_the_convention() {
+        let read = |r: Refusal| {
+            refusal(
+                runner_api::Error::from(r.status("runner's words")),
+                "write",
+                "demo",
+            )
+        };
+        let e = read(Refusal::ConfirmationRequired);
+        assert!(e.to_string().contains("rerun with --confirm"), "{e}");
+        assert!(matches!(
+            read(Refusal::DisabledTool),
+            Error::Disabled { .. }
+        ));
+        assert!(matches!(
+            read(Refusal::NotSandboxTool),
+            Error::NotSandboxTool { .. }
+        ));
+        for r in Refusal::ALL {
+            assert_eq!(read(r).exit_code(), exit::REFUSED, "{r}");
+        }
+        let busy = read(Refusal::Busy);
+        assert!(busy.to_string().contains("runner's words"), "{busy}");
+
+        let broken = refusal(
+            runner_api::Error::from(tonic::Status::unavailable("connection reset")),
+            "bash",
+            "demo",
+        );
+        assert_eq!(broken.exit_code(), exit::COULD_NOT_CALL);
+        let gave_up = Error::Disconnected {
+            times: 8,
+            id: "c".into(),
+        };
+        assert_eq!(gave_up.exit_code(), exit::COULD_NOT_CALL);
     }
 }

@@ -31,8 +31,14 @@ pub enum Error {
     Input(String),
     #[error("port-forward to pod {pod}: {message}")]
     PortForward { pod: String, message: String },
-    #[error("the runner refused the call ({code}): {message}")]
-    Refused { code: String, message: String },
+    /// The runner declined or failed the call for a reason the plugin
+    /// has no better words for (busy, a runner fault, a broken connection).
+    #[error(transparent)]
+    Runner(#[from] runner_api::Error),
+    #[error(
+        "the connection to the runner broke {times} times in a row; call {id} may still be running in the sandbox"
+    )]
+    Disconnected { times: u32, id: String },
     #[error("cannot write the output: {0}")]
     Output(String),
     #[error("Kubernetes API: {0}")]
@@ -40,16 +46,26 @@ pub enum Error {
 }
 
 impl Error {
-    /// The exit code: 2 for a refusal or a usage problem, 3 for anything
-    /// that kept the call from being made.
+    /// The exit code, in the convention `agent-sidecar` shares
+    /// ([`runner_api::exit`]): a refusal or a usage problem is
+    /// [`REFUSED`](runner_api::exit::REFUSED), anything that kept the call
+    /// from being made or finished is
+    /// [`COULD_NOT_CALL`](runner_api::exit::COULD_NOT_CALL).
     pub fn exit_code(&self) -> u8 {
+        use runner_api::exit;
         match self {
             Self::Disabled { .. }
             | Self::ConfirmationRequired { .. }
             | Self::NotSandboxTool { .. }
-            | Self::Input(_)
-            | Self::Refused { .. } => 2,
-            _ => 3,
+            | Self::Input(_) => exit::REFUSED,
+            Self::Runner(e) => e.exit_code(),
+            Self::Config(_)
+            | Self::NotFound { .. }
+            | Self::NotReady { .. }
+            | Self::PortForward { .. }
+            | Self::Disconnected { .. }
+            | Self::Output(_)
+            | Self::Kube(_) => exit::COULD_NOT_CALL,
         }
     }
 }

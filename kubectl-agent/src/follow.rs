@@ -9,9 +9,8 @@ use std::future::Future;
 use std::io::Write;
 use std::time::Duration;
 
-use sidecar::proto::runner_client::RunnerClient;
-use sidecar::proto::{AttachRequest, RunEvent, RunRequest, run_event::Event};
-use tonic::transport::Channel;
+use runner_api::Client;
+use runner_api::proto::{RunRequest, RunResponse, run_event::Event};
 
 use crate::error::Error;
 
@@ -23,8 +22,27 @@ pub const MAX_RECONNECTS: u32 = 8;
 pub struct Followed {
     pub content: String,
     pub is_error: bool,
-    /// How many times the connection was re-established.
+    /// How many times the plugin connected again after a break.
     pub reconnects: u32,
+}
+
+/// What has been printed so far and how the connection has fared.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Bytes of stdout and stderr printed: where a re-attach resumes.
+    offsets: [u64; 2],
+    reconnects: u32,
+    /// Failed connections since the last event received.
+    failures: u32,
+}
+
+/// How one connection's share of the call ended.
+enum Ended {
+    Result(RunResponse),
+    /// The connection broke (or the stream ended early): the call goes on.
+    Broken,
+    /// The runner refused or failed the call: retrying will not help.
+    Refused(runner_api::Error),
 }
 
 /// Runs `req` as a streamed call, writing its stdout and stderr as they
@@ -43,80 +61,77 @@ where
     O: Write,
     E: Write,
     C: FnMut() -> F,
-    F: Future<Output = Result<RunnerClient<Channel>, Error>>,
+    F: Future<Output = Result<Client, Error>>,
 {
-    let id = req.id.clone();
-    let tool = req.name.clone();
-    let mut offsets = [0u64; 2];
-    let mut reconnects = 0;
-    let mut failures = 0;
+    let (id, tool) = (req.id.clone(), req.name.clone());
+    let mut p = Progress::default();
     let mut first = Some(req);
     loop {
-        let opened = match connect().await {
-            Ok(mut client) => match first.take() {
-                Some(req) => client.run_stream(req).await,
-                None => {
-                    client
-                        .attach(AttachRequest {
-                            id: id.clone(),
-                            stdout_offset: offsets[0],
-                            stderr_offset: offsets[1],
-                        })
-                        .await
-                }
-            },
-            Err(e) => {
-                failures += 1;
-                if failures > MAX_RECONNECTS {
-                    return Err(e);
-                }
-                tokio::time::sleep(pause(failures)).await;
-                continue;
-            }
-        };
-        let mut stream = match opened {
-            Ok(s) => s.into_inner(),
-            Err(status) if broken(&status) && failures < MAX_RECONNECTS => {
-                failures += 1;
-                reconnects += 1;
-                tokio::time::sleep(pause(failures)).await;
-                continue;
-            }
-            Err(status) => return Err(crate::cli::refusal(&status, &tool, session)),
-        };
-        loop {
-            match stream.message().await {
-                Ok(Some(RunEvent { event: Some(ev) })) => {
-                    failures = 0;
-                    match ev {
-                        Event::Stdout(c) => write_new(out, &mut offsets[0], c.offset, &c.data)?,
-                        Event::Stderr(c) => write_new(err, &mut offsets[1], c.offset, &c.data)?,
-                        Event::Result(r) => {
-                            return Ok(Followed {
-                                content: r.content,
-                                is_error: r.is_error,
-                                reconnects,
-                            });
-                        }
+        let ended = match connect().await {
+            Ok(mut client) => {
+                let opened = match first.take() {
+                    Some(r) => {
+                        client
+                            .run_stream(&r.id, &r.name, &r.input_json, r.confirmed)
+                            .await
                     }
+                    None => client.attach(&id, p.offsets[0], p.offsets[1]).await,
+                };
+                match opened {
+                    Ok(mut events) => relay(&mut events, &mut p, out, err).await?,
+                    Err(e) if e.is_connection_broken() => Ended::Broken,
+                    Err(e) => Ended::Refused(e),
                 }
-                Ok(Some(RunEvent { event: None })) => {}
-                Ok(None) => break,
-                Err(status) if broken(&status) => break,
-                Err(status) => return Err(crate::cli::refusal(&status, &tool, session)),
             }
+            Err(e) if p.failures >= MAX_RECONNECTS => return Err(e),
+            Err(_) => Ended::Broken,
+        };
+        match ended {
+            Ended::Result(r) => {
+                return Ok(Followed {
+                    content: r.content,
+                    is_error: r.is_error,
+                    reconnects: p.reconnects,
+                });
+            }
+            Ended::Refused(e) => return Err(crate::cli::refusal(e, &tool, session)),
+            Ended::Broken => {}
         }
-        failures += 1;
-        reconnects += 1;
-        if failures > MAX_RECONNECTS {
-            return Err(Error::Refused {
-                code: "Unavailable".into(),
-                message: format!(
-                    "the connection to the runner broke {MAX_RECONNECTS} times in a row; the call {id} may still be running"
-                ),
+        p.failures += 1;
+        p.reconnects += 1;
+        if p.failures > MAX_RECONNECTS {
+            return Err(Error::Disconnected {
+                times: MAX_RECONNECTS,
+                id,
             });
         }
-        tokio::time::sleep(pause(failures)).await;
+        tokio::time::sleep(pause(p.failures)).await;
+    }
+}
+
+/// Prints one connection's events until the result or the end of the
+/// stream.
+async fn relay<O: Write, E: Write>(
+    events: &mut runner_api::Events,
+    p: &mut Progress,
+    out: &mut O,
+    err: &mut E,
+) -> Result<Ended, Error> {
+    loop {
+        match events.next().await {
+            Ok(Some(Event::Stdout(c))) => {
+                p.failures = 0;
+                write_new(out, &mut p.offsets[0], c.offset, &c.data)?;
+            }
+            Ok(Some(Event::Stderr(c))) => {
+                p.failures = 0;
+                write_new(err, &mut p.offsets[1], c.offset, &c.data)?;
+            }
+            Ok(Some(Event::Result(r))) => return Ok(Ended::Result(r)),
+            Ok(None) => return Ok(Ended::Broken),
+            Err(e) if e.is_connection_broken() => return Ok(Ended::Broken),
+            Err(e) => return Ok(Ended::Refused(e)),
+        }
     }
 }
 
@@ -134,16 +149,6 @@ fn write_new(w: &mut impl Write, printed: &mut u64, offset: u64, data: &[u8]) ->
         .map_err(|e| Error::Output(e.to_string()))?;
     *printed = end;
     Ok(())
-}
-
-/// A status that means the connection broke, not that the runner refused:
-/// the runner's own statuses carry a code it chose and never these.
-fn broken(status: &tonic::Status) -> bool {
-    match status.code() {
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => true,
-        tonic::Code::Internal => status.message().contains("h2 protocol error"),
-        _ => false,
-    }
 }
 
 fn pause(failures: u32) -> Duration {

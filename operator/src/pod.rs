@@ -5,10 +5,14 @@
 //! container from the runner image copies the static runner binary into an
 //! emptyDir, and the sandbox container (the session's image) starts it as
 //! its process. The runner is PID 1 there and reaps orphans as a subreaper.
+//!
+//! The runner's command lines, paths and port come from `runner-api`, whose
+//! types the runner's own tests parse with its command-line parser: no
+//! runner flag is written here as a string.
 
 use std::collections::BTreeMap;
 
-use crds::{AgentSession, RUNNER_PORT, RUNNER_SOCKET};
+use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
     ExecAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
@@ -16,6 +20,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
+use runner_api::{
+    Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_SOCKET, SANDBOX_BIN,
+    SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
+};
 use sha2::{Digest, Sha256};
 use toolset::ResolvedToolset;
 
@@ -24,8 +32,6 @@ pub const SESSION_LABEL: &str = "agentplane.dev/session";
 /// Annotation carrying the hash of the pod spec the operator built, so a
 /// changed session replaces its pod (pod specs are mostly immutable).
 pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/spec-hash";
-/// Where the runner binary is installed inside the sandbox container.
-pub const RUNNER_BIN: &str = "/opt/agentplane/bin/agent-sidecar";
 /// Where the resolved toolset is mounted.
 pub const TOOLSET_DIR: &str = "/etc/agentplane";
 /// The file name of the resolved toolset inside [`TOOLSET_DIR`].
@@ -36,7 +42,7 @@ pub const SANDBOX_UID: i64 = 65532;
 /// What the operator's deployment decides about every sandbox pod.
 #[derive(Debug, Clone)]
 pub struct PodConfig {
-    /// Image holding the static runner at `/agent-sidecar`.
+    /// Image holding the static runner at [`IMAGE_BIN`].
     pub runner_image: String,
     /// Pull policy for both images (IfNotPresent unless told otherwise).
     pub image_pull_policy: String,
@@ -178,110 +184,12 @@ fn empty_dir(name: &str) -> Volume {
 pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
     let name = session.metadata.name.as_deref().unwrap_or_default();
     let spec = &session.spec;
-
-    let workspace = match spec.workspace.as_ref() {
-        Some(w) if w.volume_claim_template.is_some() => Volume {
-            name: "workspace".to_owned(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: workspace_claim_name(name),
-                ..PersistentVolumeClaimVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        w => Volume {
-            name: "workspace".to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                size_limit: w
-                    .and_then(|w| w.empty_dir.as_ref())
-                    .and_then(|e| e.size_limit.clone()),
-                ..EmptyDirVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-    };
-
-    let mut env = vec![EnvVar {
-        name: "HOME".to_owned(),
-        value: Some(spec.workdir.clone()),
-        ..EnvVar::default()
-    }];
-    env.retain(|e| !spec.env.iter().any(|u| u.name == e.name));
-    env.extend(spec.env.iter().cloned());
-
-    let mut args = vec![
-        "serve".to_owned(),
-        "--socket".to_owned(),
-        RUNNER_SOCKET.to_owned(),
-        "--listen".to_owned(),
-        format!("127.0.0.1:{RUNNER_PORT}"),
-        "--workdir".to_owned(),
-        spec.workdir.clone(),
-        "--toolset".to_owned(),
-        format!("{TOOLSET_DIR}/{TOOLSET_FILE}"),
-        "--session".to_owned(),
-        name.to_owned(),
-        "--state-dir".to_owned(),
-        "/run/agent/state".to_owned(),
-        "--spill-dir".to_owned(),
-        "/run/agent/output".to_owned(),
-    ];
-    if let Some(idle) = spec.lifetime.as_ref().and_then(|l| l.idle_timeout_seconds) {
-        args.push("--idle-timeout-seconds".to_owned());
-        args.push(idle.to_string());
-    }
-
-    let install = Container {
-        name: "install-runner".to_owned(),
-        image: Some(cfg.runner_image.clone()),
-        image_pull_policy: Some(cfg.image_pull_policy.clone()),
-        command: Some(vec![
-            "/agent-sidecar".to_owned(),
-            "install".to_owned(),
-            RUNNER_BIN.to_owned(),
-        ]),
-        volume_mounts: Some(vec![mount("agent-bin", "/opt/agentplane/bin", false)]),
-        security_context: Some(hardened()),
-        ..Container::default()
-    };
-    let sandbox = Container {
-        name: "sandbox".to_owned(),
-        image: Some(spec.image.clone()),
-        image_pull_policy: Some(cfg.image_pull_policy.clone()),
-        command: Some(vec![RUNNER_BIN.to_owned()]),
-        args: Some(args),
-        working_dir: Some(spec.workdir.clone()),
-        env: Some(env),
-        resources: spec.resources.clone(),
-        volume_mounts: Some(vec![
-            mount("agent-bin", "/opt/agentplane/bin", true),
-            mount("agent-run", "/run/agent", false),
-            mount("toolset", TOOLSET_DIR, true),
-            mount("workspace", &spec.workdir, false),
-            mount("tmp", "/tmp", false),
-        ]),
-        readiness_probe: Some(Probe {
-            exec: Some(ExecAction {
-                command: Some(vec![
-                    RUNNER_BIN.to_owned(),
-                    "health".to_owned(),
-                    "--socket".to_owned(),
-                    RUNNER_SOCKET.to_owned(),
-                ]),
-            }),
-            period_seconds: Some(5),
-            timeout_seconds: Some(3),
-            ..Probe::default()
-        }),
-        security_context: Some(hardened()),
-        ..Container::default()
-    };
-
     let pod_spec = PodSpec {
-        init_containers: Some(vec![install]),
-        containers: vec![sandbox],
+        init_containers: Some(vec![install_container(cfg)]),
+        containers: vec![sandbox_container(session, cfg)],
         volumes: Some(vec![
-            empty_dir("agent-bin"),
-            empty_dir("agent-run"),
+            empty_dir(BIN_VOLUME),
+            empty_dir(RUN_VOLUME),
             empty_dir("tmp"),
             Volume {
                 name: "toolset".to_owned(),
@@ -291,7 +199,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
                 }),
                 ..Volume::default()
             },
-            workspace,
+            workspace_volume(session),
         ]),
         // A crash restarts the runner in place (its bash state survives in
         // the agent-run emptyDir); an idle exit (code 0) ends the session.
@@ -327,6 +235,123 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
         metadata,
         spec: Some(pod_spec),
         ..Pod::default()
+    }
+}
+
+/// The emptyDir the init container installs the runner binary into.
+const BIN_VOLUME: &str = "agent-bin";
+/// The emptyDir holding the runner's socket, bash state and spill files.
+const RUN_VOLUME: &str = "agent-run";
+
+/// The workspace: the session's claim, or an emptyDir (sized if asked).
+fn workspace_volume(session: &AgentSession) -> Volume {
+    let name = session.metadata.name.as_deref().unwrap_or_default();
+    match session.spec.workspace.as_ref() {
+        Some(w) if w.volume_claim_template.is_some() => Volume {
+            name: "workspace".to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: workspace_claim_name(name),
+                ..PersistentVolumeClaimVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        w => Volume {
+            name: "workspace".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: w
+                    .and_then(|w| w.empty_dir.as_ref())
+                    .and_then(|e| e.size_limit.clone()),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    }
+}
+
+/// The init container: the runner image copies its static binary into the
+/// emptyDir the sandbox container starts it from.
+fn install_container(cfg: &PodConfig) -> Container {
+    let install = Install {
+        dest: SANDBOX_BIN.to_owned(),
+    };
+    Container {
+        name: "install-runner".to_owned(),
+        image: Some(cfg.runner_image.clone()),
+        image_pull_policy: Some(cfg.image_pull_policy.clone()),
+        command: Some(install.command(IMAGE_BIN)),
+        volume_mounts: Some(vec![mount(BIN_VOLUME, SANDBOX_BIN_DIR, false)]),
+        security_context: Some(hardened()),
+        ..Container::default()
+    }
+}
+
+/// The runner's `serve` command line in the sandbox container. An idle
+/// timeout that is not positive (the CRD's validation refuses those) is
+/// left out rather than handed to a runner that would refuse to start.
+fn serve(session: &AgentSession) -> Serve {
+    let spec = &session.spec;
+    Serve {
+        socket: RUNNER_SOCKET.to_owned(),
+        listen: Some(RUNNER_LISTEN),
+        workdir: spec.workdir.clone(),
+        toolset: Some(format!("{TOOLSET_DIR}/{TOOLSET_FILE}")),
+        session: Some(
+            session
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        state_dir: Some(STATE_DIR.to_owned()),
+        spill_dir: Some(SPILL_DIR.to_owned()),
+        idle_timeout_seconds: spec
+            .lifetime
+            .as_ref()
+            .and_then(|l| l.idle_timeout_seconds)
+            .and_then(|s| u64::try_from(s).ok()),
+    }
+}
+
+/// The session's image running the runner as its process.
+fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
+    let spec = &session.spec;
+    let mut env = vec![EnvVar {
+        name: "HOME".to_owned(),
+        value: Some(spec.workdir.clone()),
+        ..EnvVar::default()
+    }];
+    env.retain(|e| !spec.env.iter().any(|u| u.name == e.name));
+    env.extend(spec.env.iter().cloned());
+    let probe = Health {
+        socket: RUNNER_SOCKET.to_owned(),
+    };
+    Container {
+        name: "sandbox".to_owned(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(cfg.image_pull_policy.clone()),
+        command: Some(vec![SANDBOX_BIN.to_owned()]),
+        args: Some(serve(session).args()),
+        working_dir: Some(spec.workdir.clone()),
+        env: Some(env),
+        resources: spec.resources.clone(),
+        volume_mounts: Some(vec![
+            mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
+            mount(RUN_VOLUME, RUN_DIR, false),
+            mount("toolset", TOOLSET_DIR, true),
+            mount("workspace", &spec.workdir, false),
+            mount("tmp", "/tmp", false),
+        ]),
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(probe.command(SANDBOX_BIN)),
+            }),
+            period_seconds: Some(5),
+            timeout_seconds: Some(3),
+            ..Probe::default()
+        }),
+        security_context: Some(hardened()),
+        ..Container::default()
     }
 }
 

@@ -1,10 +1,11 @@
 //! The status the operator writes: phase and conditions from the
 //! resolution and the pod, with transition times kept when nothing changed.
 
-use crds::{AgentSessionStatus, RUNNER_PORT, RUNNER_SOCKET, RunnerEndpoint, SessionPhase};
+use crds::{AgentSessionStatus, RunnerEndpoint, SessionPhase};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use runner_api::{RUNNER_PORT, RUNNER_SOCKET};
 
 use crate::resolution::{CondSpec, Resolution};
 

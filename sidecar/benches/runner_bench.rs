@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use runner_api::{Client, Target};
 use serde_json::json;
-use sidecar::client::{Client, Target};
 
 struct Server {
     child: Child,
@@ -257,7 +257,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let id = format!("c{conc}-{w}-{i}");
                         c.run(&id, tool, &input, false).await?;
                     }
-                    Ok::<_, sidecar::Error>(())
+                    Ok::<_, runner_api::Error>(())
                 }));
             }
             for task in tasks {

@@ -5,14 +5,16 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use runner_api::Target;
+
 use crate::Error;
-use crate::client::Target;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "agent-sidecar",
     version,
-    about = "The sandbox runner: serves the built-in tools (bash, read, write, edit, glob, grep) over gRPC"
+    about = "The sandbox runner: serves the built-in tools (bash, read, write, edit, glob, grep) over gRPC",
+    after_help = "Exit codes of call, health and tools: 0 ok; 1 the tool reported an error (call: is_error) or the runner is not serving (health); 2 refused or malformed (usage, a policy refusal, a busy runner); 3 could not call (the runner is unreachable, the connection broke, or the runner failed). serve and install: 0 done, 1 failed, 2 a flag value they cannot use."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -23,9 +25,10 @@ pub struct Cli {
 pub enum Command {
     /// Serve the tools until SIGTERM (which drains in-flight calls).
     Serve(ServeArgs),
-    /// Make one tool call and print {"content": ..., "is_error": ...} as one JSON line.
+    /// Make one tool call and print {"content": ..., "is_error": ...} as one
+    /// JSON line; exit 1 when is_error.
     Call(CallArgs),
-    /// Check the runner's health; exits 0 when it is serving.
+    /// Check the runner's health: SERVING exits 0, NOT_SERVING 1.
     Health(TargetArgs),
     /// Print the tool definitions the session enables, as JSON.
     Tools(TargetArgs),
@@ -122,7 +125,7 @@ impl TargetArgs {
             (None, Some(a)) => Target::Tcp(a),
             // clap's required_unless_present makes this unreachable; a
             // default keeps it from being a panic anyway.
-            (None, None) => Target::Unix(PathBuf::from("/run/agent/runner.sock")),
+            (None, None) => Target::Unix(PathBuf::from(runner_api::RUNNER_SOCKET)),
         }
     }
 }
@@ -167,15 +170,6 @@ fn parse_session(s: &str) -> Result<String, String> {
         .map_err(|e| format!("session id {s:?} cannot name a directory: {e}"))
 }
 
-/// A call id for a call the user did not name: unique per process and time.
-pub fn generate_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("call-{nanos}-{}", std::process::id())
-}
-
 /// Loads the `--toolset` file, or the default toolset when there is none.
 pub fn load_toolset(path: Option<&PathBuf>) -> Result<toolset::ResolvedToolset, Error> {
     let Some(path) = path else {
@@ -191,4 +185,103 @@ pub fn load_toolset(path: Option<&PathBuf>) -> Result<toolset::ResolvedToolset, 
             "not a resolved toolset ({{\"tools\": [...], \"policies\": {{...}}}}): {e}"
         ),
     })
+}
+
+/// Writes one line to stdout and flushes it: a caller reading the output
+/// of a probe or a pipeline sees the line even if the process is killed
+/// right after.
+pub fn print_line(s: &str) -> Result<(), Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{s}")
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::io("cannot write to stdout", e))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The operator renders the runner's command lines with `runner-api`;
+    //! these parse them with this binary's parser, so renaming a flag here
+    //! or there fails a test instead of every sandbox pod.
+
+    use std::net::SocketAddr;
+
+    use clap::Parser;
+    use runner_api::{Health, Install, Invocation, Serve};
+
+    use super::*;
+
+    #[test]
+    fn serve_as_the_operator_renders_it_parses_field_for_field() {
+        // Destructured, so a field added to `Serve` fails to compile here
+        // until this test checks it too.
+        let rendered = Serve {
+            socket: runner_api::RUNNER_SOCKET.into(),
+            listen: Some(runner_api::RUNNER_LISTEN),
+            workdir: "/workspace".into(),
+            toolset: Some("/etc/agentplane/toolset.json".into()),
+            session: Some("demo".into()),
+            state_dir: Some(runner_api::STATE_DIR.into()),
+            spill_dir: Some(runner_api::SPILL_DIR.into()),
+            idle_timeout_seconds: Some(600),
+        };
+        let Serve {
+            socket,
+            listen,
+            workdir,
+            toolset,
+            session,
+            state_dir,
+            spill_dir,
+            idle_timeout_seconds,
+        } = rendered.clone();
+        let cli = Cli::try_parse_from(rendered.command(runner_api::SANDBOX_BIN))
+            .unwrap_or_else(|e| panic!("the runner rejects the operator's serve: {e}"));
+        let Command::Serve(args) = cli.command else {
+            panic!("not parsed as serve: {:?}", cli.command);
+        };
+        assert_eq!(args.socket, PathBuf::from(socket));
+        assert_eq!(args.listen, listen);
+        assert_eq!(args.workdir, PathBuf::from(workdir));
+        assert_eq!(args.toolset, toolset.map(PathBuf::from));
+        assert_eq!(Some(args.session), session);
+        assert_eq!(args.state_dir, state_dir.map(PathBuf::from));
+        assert_eq!(Some(args.spill_dir), spill_dir.map(PathBuf::from));
+        assert_eq!(args.idle_timeout_seconds, idle_timeout_seconds);
+    }
+
+    #[test]
+    fn serve_with_only_the_required_flags_takes_the_runners_defaults() {
+        let cli = Cli::try_parse_from(Serve::new("/s.sock", "/w").command("agent-sidecar"))
+            .expect("parses");
+        let Command::Serve(args) = cli.command else {
+            panic!("not parsed as serve");
+        };
+        assert_eq!(args.listen, None::<SocketAddr>);
+        assert_eq!(args.toolset, None);
+        assert_eq!(args.session, "default");
+        assert_eq!(args.idle_timeout_seconds, None);
+    }
+
+    #[test]
+    fn install_and_health_as_the_operator_renders_them_parse() {
+        let install = Install {
+            dest: runner_api::SANDBOX_BIN.into(),
+        };
+        match Cli::try_parse_from(install.command(runner_api::IMAGE_BIN)) {
+            Ok(Cli {
+                command: Command::Install { dest },
+            }) => assert_eq!(dest, PathBuf::from(install.dest)),
+            other => panic!("install: {other:?}"),
+        }
+        let health = Health {
+            socket: runner_api::RUNNER_SOCKET.into(),
+        };
+        match Cli::try_parse_from(health.command(runner_api::SANDBOX_BIN)) {
+            Ok(Cli {
+                command: Command::Health(t),
+            }) => assert_eq!(t.target(), Target::Unix(PathBuf::from(health.socket))),
+            other => panic!("health: {other:?}"),
+        }
+    }
 }

@@ -9,8 +9,7 @@
 
 use std::path::PathBuf;
 
-/// Metadata key carrying the machine-readable reason of a policy refusal.
-pub const REFUSAL_METADATA_KEY: &str = "agentplane-refusal";
+use runner_api::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,7 +73,7 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
-    /// The gRPC transport failed (bind, connect).
+    /// The gRPC server failed (serving on a listener).
     #[error("{context}: {source}")]
     Transport {
         context: String,
@@ -82,13 +81,9 @@ pub enum Error {
         source: tonic::transport::Error,
     },
 
-    /// The runner answered a call with a status instead of a result.
-    #[error("the runner refused the call: {code:?}: {message}")]
-    Status {
-        code: tonic::Code,
-        message: String,
-        refusal: Option<String>,
-    },
+    /// Calling a running runner failed (`call`, `health`, `tools`).
+    #[error(transparent)]
+    Client(#[from] runner_api::Error),
 
     /// Telemetry could not be set up as configured.
     #[error("telemetry: {0}")]
@@ -103,77 +98,68 @@ impl Error {
         }
     }
 
-    /// The value of the metric's `error.type` attribute for this error.
+    /// The value of the metric's `error.type` attribute for this error. A
+    /// refusal is named by its wire string, so the metric and the status's
+    /// metadata say the same thing.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::ConfirmationRequired { .. } => "confirmation_required",
-            Error::DisabledTool { .. } => "disabled_tool",
-            Error::NotSandboxTool { .. } => "not_sandbox_tool",
-            Error::Busy { .. } => "busy",
-            Error::CallRunning { .. } => "call_running",
-            Error::TooManyCalls { .. } => "too_many_calls",
-            Error::UnknownCall { .. } => "unknown_call",
-            Error::InvalidCallId { .. } => "invalid_call_id",
+            Error::ConfirmationRequired { .. }
+            | Error::DisabledTool { .. }
+            | Error::NotSandboxTool { .. }
+            | Error::InvalidCallId { .. }
+            | Error::Busy { .. }
+            | Error::TooManyCalls { .. }
+            | Error::CallRunning { .. }
+            | Error::UnknownCall { .. } => self.refusal().map_or("refused", Refusal::as_str),
             Error::Io { .. } => "io",
             Error::SupervisorGone => "supervisor_gone",
             Error::ToolsetFile { .. } => "toolset_file",
             Error::Usage(_) => "usage",
             Error::Transport { .. } => "transport",
-            Error::Status { .. } => "status",
+            Error::Client(_) => "client",
             Error::Telemetry(_) => "telemetry",
         }
     }
 
-    /// The refusal reason carried in [`REFUSAL_METADATA_KEY`], for policy refusals.
-    pub fn refusal(&self) -> Option<&'static str> {
+    /// The refusal this error is: every case where the runner judged the
+    /// call (policy, routing, naming, capacity) rather than failed at it.
+    pub fn refusal(&self) -> Option<Refusal> {
         match self {
-            Error::ConfirmationRequired { .. }
-            | Error::DisabledTool { .. }
-            | Error::NotSandboxTool { .. } => Some(self.kind()),
-            _ => None,
+            Error::ConfirmationRequired { .. } => Some(Refusal::ConfirmationRequired),
+            Error::DisabledTool { .. } => Some(Refusal::DisabledTool),
+            Error::NotSandboxTool { .. } => Some(Refusal::NotSandboxTool),
+            Error::InvalidCallId { .. } => Some(Refusal::InvalidCallId),
+            Error::Busy { .. } => Some(Refusal::Busy),
+            Error::TooManyCalls { .. } => Some(Refusal::TooManyCalls),
+            Error::CallRunning { .. } => Some(Refusal::CallRunning),
+            Error::UnknownCall { .. } => Some(Refusal::UnknownCall),
+            Error::Io { .. }
+            | Error::SupervisorGone
+            | Error::ToolsetFile { .. }
+            | Error::Usage(_)
+            | Error::Transport { .. }
+            | Error::Client(_)
+            | Error::Telemetry(_) => None,
         }
     }
 
-    /// The gRPC status this error travels as.
-    ///
-    /// Confirmation is `FailedPrecondition` (the call may succeed once a human
-    /// confirms it); a disabled tool is `PermissionDenied` (it never will);
-    /// a web tool or a bad call id is `InvalidArgument` (the executor routed
-    /// or named the call wrongly); a runner fault is `Internal`.
+    /// The gRPC status this error travels as: a refusal with its code and
+    /// metadata (see [`Refusal::code`]), anything else as `INTERNAL`, the
+    /// runner's own fault.
     pub fn to_status(&self) -> tonic::Status {
-        let code = match self {
-            Error::ConfirmationRequired { .. } => tonic::Code::FailedPrecondition,
-            Error::DisabledTool { .. } => tonic::Code::PermissionDenied,
-            Error::NotSandboxTool { .. } | Error::InvalidCallId { .. } => {
-                tonic::Code::InvalidArgument
-            }
-            Error::Busy { .. } | Error::TooManyCalls { .. } => tonic::Code::ResourceExhausted,
-            Error::CallRunning { .. } => tonic::Code::AlreadyExists,
-            Error::UnknownCall { .. } => tonic::Code::NotFound,
-            Error::Status { code, .. } => *code,
-            _ => tonic::Code::Internal,
-        };
-        let mut status = tonic::Status::new(code, self.to_string());
-        if let Some(reason) = self.refusal() {
-            status.metadata_mut().insert(
-                REFUSAL_METADATA_KEY,
-                tonic::metadata::MetadataValue::from_static(reason),
-            );
+        match self.refusal() {
+            Some(r) => r.status(self.to_string()),
+            None => tonic::Status::internal(self.to_string()),
         }
-        status
     }
 
-    /// Rebuilds the client-side view of a status the runner sent.
-    pub fn from_status(status: &tonic::Status) -> Self {
-        let refusal = status
-            .metadata()
-            .get(REFUSAL_METADATA_KEY)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        Error::Status {
-            code: status.code(),
-            message: status.message().to_owned(),
-            refusal,
+    /// The exit code of `call`, `health` and `tools` when they end with
+    /// this error (the convention in [`runner_api::exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Client(e) => e.exit_code(),
+            Error::Usage(_) => runner_api::exit::REFUSED,
+            _ => runner_api::exit::COULD_NOT_CALL,
         }
     }
 }

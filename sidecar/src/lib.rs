@@ -7,20 +7,24 @@
 //! a path be a path, because bash, running next to them, could reach it anyway.
 //!
 //! Layout: [`runner`] is the one entry point for a call (policy gate, dispatch,
-//! output budget, metric); [`tools`] holds one module per tool; [`service`],
-//! [`client`] and [`cli`] are the gRPC surface and the binary around it.
+//! output budget, metric); [`tools`] holds one module per tool; [`service`]
+//! is the gRPC surface; [`cli`], [`lifecycle`], [`install`] and [`remote`]
+//! are the binary around it (its `main` only parses and dispatches). The
+//! contract with callers -- the proto, the client, refusals, the command
+//! line the operator renders, exit codes -- lives in the `runner-api` crate.
 
 pub mod authority;
 pub mod calls;
 pub mod cli;
-pub mod client;
 pub mod error;
 pub mod fsutil;
 pub mod guard;
+pub mod install;
+pub mod lifecycle;
 pub mod output;
 pub mod procs;
-pub mod proto;
 pub mod reaper;
+pub mod remote;
 pub mod runner;
 pub mod service;
 pub mod snapshot;
@@ -30,3 +34,5 @@ pub mod tools;
 
 pub use error::Error;
 pub use runner::{Limits, Runner, RunnerConfig, ToolResult};
+/// The gRPC types, generated in `runner-api` from its `proto/runner.proto`.
+pub use runner_api::proto;

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
 use toolset::{PermissionPolicy, ResolvedToolset};
 
 use crate::Error;
@@ -15,14 +14,7 @@ use crate::output::{Output, Spill, finish};
 use crate::reaper::Supervisor;
 use crate::tools::{self, CallLimits, Ctx};
 
-/// One tool call as the model sees it. `is_error` marks a tool-level failure
-/// the model can read and recover from; a call that was refused or hit a
-/// runner fault is an [`Error`] instead, never a `ToolResult`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ToolResult {
-    pub content: String,
-    pub is_error: bool,
-}
+pub use runner_api::ToolResult;
 
 /// Where a runner keeps its files and what it may run.
 #[derive(Debug, Clone)]

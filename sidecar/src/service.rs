@@ -258,46 +258,19 @@ pub async fn serve(
     health_reporter.set_serving::<RunnerServer<Service>>().await;
     let svc = Service::new(runner);
     let in_flight = svc.in_flight.clone();
-    let service = RunnerServer::new(svc);
-    // Both protocol versions: grpcurl and grpc-go speak v1, grpcio's
-    // reflection client and older tools v1alpha.
-    let reflection_error =
-        |e: tonic_reflection::server::Error| Error::Usage(format!("reflection service: {e}"));
-    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
-    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-
+    let router = router(health_service, RunnerServer::new(svc))?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
 
     tracing::info!(socket = %listen.socket.display(), tcp = ?listen.tcp, "serving");
     let unix_incoming = UnixListenerStream::new(unix).map(|c| c.map(AuthorityFix::new));
-    let unix_server = tonic::transport::Server::builder()
-        .add_service(health_service.clone())
-        .add_service(service.clone())
-        .add_service(reflection_v1.clone())
-        .add_service(reflection_v1alpha.clone())
+    let unix_server = router
+        .clone()
         .serve_with_incoming_shutdown(unix_incoming, stopped(stop_rx.clone()));
     let tcp_server = async {
         match tcp {
             Some(l) => {
-                // `Server::tcp_nodelay` only applies to listeners tonic binds
-                // itself; without it small responses wait on Nagle.
-                let incoming = TcpListenerStream::new(l).map(|c| {
-                    c.map(|s| {
-                        if let Err(e) = s.set_nodelay(true) {
-                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                        }
-                        AuthorityFix::new(s)
-                    })
-                });
-                tonic::transport::Server::builder()
-                    .add_service(health_service)
-                    .add_service(service)
-                    .add_service(reflection_v1)
-                    .add_service(reflection_v1alpha)
-                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone()))
+                router
+                    .serve_with_incoming_shutdown(tcp_incoming(l), stopped(stop_rx.clone()))
                     .await
             }
             None => Ok(()),
@@ -338,4 +311,45 @@ pub async fn serve(
     let _ = std::fs::remove_file(&listen.socket);
     res?;
     Ok(())
+}
+
+/// Every service the runner serves, on both listeners alike.
+fn router(
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    runner: RunnerServer<Service>,
+) -> Result<tonic::transport::server::Router, Error> {
+    // Both protocol versions: grpcurl and grpc-go speak v1, grpcio's
+    // reflection client and older tools v1alpha.
+    let reflection_error =
+        |e: tonic_reflection::server::Error| Error::Usage(format!("reflection service: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+    Ok(tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(runner)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha))
+}
+
+/// Accepted TCP connections, with Nagle off: `Server::tcp_nodelay` only
+/// applies to listeners tonic binds itself, and without it small responses
+/// wait on Nagle.
+fn tcp_incoming(
+    l: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<AuthorityFix<tokio::net::TcpStream>>> {
+    TcpListenerStream::new(l).map(|c| {
+        c.map(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+            AuthorityFix::new(s)
+        })
+    })
+}
+
+/// Resolves when the stop flag is raised: the listeners stop accepting.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }

@@ -246,8 +246,13 @@ async fn calls_past_the_concurrency_cap_are_refused_clearly() {
         .await
         .expect_err("a third call is refused");
     match refused {
-        sidecar::Error::Status { code, message, .. } => {
+        runner_api::Error::Refused {
+            code,
+            message,
+            refusal,
+        } => {
             assert_eq!(code, tonic::Code::ResourceExhausted);
+            assert_eq!(refusal, Some(runner_api::Refusal::Busy));
             assert!(message.contains("--max-concurrent-calls"), "{message}");
         }
         other => panic!("unexpected {other:?}"),

@@ -62,8 +62,9 @@ fn client(args: &[&str]) -> Value {
 }
 
 fn proto() -> String {
+    // The runner's contract lives in the runner-api crate.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("proto/runner.proto")
+        .join("../runner-api/proto/runner.proto")
         .to_str()
         .unwrap()
         .to_owned()

@@ -7,9 +7,8 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::process::Command;
 
 use common::{BIN, Sidecar, next_id};
+use runner_api::{Client, Error, Refusal, Target, exit};
 use serde_json::json;
-use sidecar::Error;
-use sidecar::client::{Client, Target};
 use toolset::{PermissionPolicy, ResolvedToolset};
 
 fn write_toolset(
@@ -26,9 +25,9 @@ fn write_toolset(
     path
 }
 
-fn refusal(e: Error) -> (tonic::Code, Option<String>) {
+fn refusal(e: Error) -> (tonic::Code, Option<Refusal>) {
     match e {
-        Error::Status { code, refusal, .. } => (code, refusal),
+        Error::Refused { code, refusal, .. } => (code, refusal),
         other => panic!("expected a status, got {other}"),
     }
 }
@@ -54,7 +53,7 @@ async fn policy_gate() {
         refusal(e),
         (
             tonic::Code::FailedPrecondition,
-            Some("confirmation_required".into())
+            Some(Refusal::ConfirmationRequired)
         )
     );
     assert!(!s.path("asked").exists());
@@ -70,7 +69,7 @@ async fn policy_gate() {
         .unwrap_err();
     assert_eq!(
         refusal(e),
-        (tonic::Code::PermissionDenied, Some("disabled_tool".into()))
+        (tonic::Code::PermissionDenied, Some(Refusal::DisabledTool))
     );
     let e = c
         .run(&next_id(), "web_fetch", "{}", true)
@@ -78,10 +77,7 @@ async fn policy_gate() {
         .unwrap_err();
     assert_eq!(
         refusal(e),
-        (
-            tonic::Code::InvalidArgument,
-            Some("not_sandbox_tool".into())
-        )
+        (tonic::Code::InvalidArgument, Some(Refusal::NotSandboxTool))
     );
     let r = c.run(&next_id(), "teleport", "{}", true).await.unwrap();
     assert!(r.is_error && r.content.starts_with("unknown tool \"teleport\""));
@@ -89,7 +85,10 @@ async fn policy_gate() {
         .run("../escape", "read", r#"{"file_path":"x"}"#, false)
         .await
         .unwrap_err();
-    assert_eq!(refusal(e).0, tonic::Code::InvalidArgument);
+    assert_eq!(
+        refusal(e),
+        (tonic::Code::InvalidArgument, Some(Refusal::InvalidCallId))
+    );
 
     let tools = c.list_tools().await.unwrap();
     let names: Vec<_> = tools
@@ -204,7 +203,9 @@ async fn cli_call_health_and_tcp() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success());
+    // The call ran and the tool failed: the line is printed, and exit 1 says
+    // so without parsing it.
+    assert_eq!(out.status.code(), Some(i32::from(exit::TOOL_ERROR)));
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         line,
@@ -215,15 +216,45 @@ async fn cli_call_health_and_tcp() {
         .args(["call", "--addr", &addr, "read", r#"{"file_path":"nope"}"#])
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(i32::from(exit::TOOL_ERROR)));
     assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 1);
 
     let out = Command::new(BIN)
         .args(["call", "--socket", sock, "web_search", "{}"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(i32::from(exit::REFUSED)));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a sandbox tool"));
+
+    let out = Command::new(BIN)
+        .args(["call", "--socket", sock, "bash", r#"{"command":"true"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(i32::from(exit::OK)));
+    let absent = s.root.join("absent.sock");
+    for sub in [
+        &["health"][..],
+        &["tools"],
+        &["call", "--id", "x", "read", "{}"],
+    ] {
+        let out = Command::new(BIN)
+            .args(sub)
+            .arg("--socket")
+            .arg(&absent)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(exit::COULD_NOT_CALL)),
+            "{sub:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot connect to the runner"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     for target in [["--socket", sock], ["--addr", addr.as_str()]] {
         let out = Command::new(BIN)
@@ -250,7 +281,7 @@ async fn cli_call_health_and_tcp() {
         .args(["health", "--addr", "localhost:1"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(i32::from(exit::REFUSED)));
     let out = Command::new(BIN)
         .args([
             "serve",

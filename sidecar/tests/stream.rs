@@ -7,8 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{HOSTILE_AS_LIMIT, Sidecar};
+use runner_api::Events;
+use runner_api::proto::run_event::Event;
 use serde_json::json;
-use sidecar::proto::{RunEvent, run_event::Event};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -22,17 +23,16 @@ struct Seen {
     result: Option<(String, bool)>,
 }
 
-async fn next(s: &mut tonic::Streaming<RunEvent>) -> Option<Event> {
-    tokio::time::timeout(HANG, s.message())
+async fn next(s: &mut Events) -> Option<Event> {
+    tokio::time::timeout(HANG, s.next())
         .await
         .expect("the stream went silent")
         .expect("the stream failed")
-        .and_then(|e| e.event)
 }
 
 /// Reads events, checking each chunk's offset continues its stream, until
 /// the result, or until `stop_after` chunks.
-async fn read(s: &mut tonic::Streaming<RunEvent>, seen: &mut Seen, stop_after: Option<usize>) {
+async fn read(s: &mut Events, seen: &mut Seen, stop_after: Option<usize>) {
     let mut n = 0;
     while let Some(ev) = next(s).await {
         match ev {
@@ -134,7 +134,7 @@ async fn a_dropped_connection_reattaches_and_loses_nothing() {
     assert_eq!(again.result, seen.result);
     // An id never started, and an id still running.
     match c.attach("toolu_never", 0, 0).await {
-        Err(sidecar::Error::Status { code, .. }) => assert_eq!(code, tonic::Code::NotFound),
+        Err(e) => assert_eq!(e.refusal(), Some(runner_api::Refusal::UnknownCall), "{e}"),
         other => panic!("{other:?}"),
     }
     let busy = common::next_id();
@@ -146,7 +146,7 @@ async fn a_dropped_connection_reattaches_and_loses_nothing() {
         .run_stream(&busy, "bash", r#"{"command":"true"}"#, false)
         .await
     {
-        Err(sidecar::Error::Status { code, .. }) => assert_eq!(code, tonic::Code::AlreadyExists),
+        Err(e) => assert_eq!(e.refusal(), Some(runner_api::Refusal::CallRunning), "{e}"),
         other => panic!("{other:?}"),
     }
 }

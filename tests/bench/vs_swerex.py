@@ -345,7 +345,7 @@ def spawn_times(iterations, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runner", required=True, help="the agent-sidecar binary (release build)")
-    ap.add_argument("--proto", required=True, help="sidecar/proto/runner.proto")
+    ap.add_argument("--proto", required=True, help="runner-api/proto/runner.proto")
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--tmpfs", default="/dev/shm", help="a tmpfs directory for every file")

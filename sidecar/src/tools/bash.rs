@@ -118,20 +118,7 @@ async fn exec(
 ) -> Result<Output, Error> {
     let loaded = ctx.snapshot.load();
     let state = loaded.state.as_deref().unwrap_or(&ctx.initial_state);
-    let payload = shell::payload(state, command);
-    let parked = ctx
-        .parked
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
-    let started = match parked {
-        Some(p) => p.start(&payload).await.map_err(Shell::discard).ok(),
-        None => None,
-    };
-    let sh = match started {
-        Some(sh) => sh,
-        None => shell::spawn(ctx, Some(&payload))?,
-    };
+    let sh = start_shell(ctx, &shell::payload(state, command)).await?;
     // The next call's shell starts while this command runs.
     park_next(ctx);
     let Shell {
@@ -177,36 +164,13 @@ async fn exec(
                 trailer.push('\n');
                 trailer.push_str(&notice);
             }
-            match exit {
-                Exit::Code(0) => false,
-                Exit::Code(c) => {
-                    trailer.push_str(&format!("\nexit code: {c}"));
-                    true
-                }
-                Exit::Signal(s) => {
-                    trailer.push_str(&format!(
-                        "\nexit code: {} (bash was killed by signal {s})",
-                        exit.code()
-                    ));
-                    true
-                }
-            }
+            exit_trailer(exit, &mut trailer)
         }
         Waited::Ended { reason, report, .. } => {
             let _ = fs::remove_file(&next_snapshot);
             // The group is dead; there is nothing left for restart to end.
             forget_group(ctx, pgid);
-            let why = match reason {
-                Ended::Timeout => format!("timed out after {}ms", timeout.as_millis()),
-                Ended::OutputLimit(cap) => {
-                    format!("stopped: the output passed {cap} bytes, the most one call may write")
-                }
-                Ended::Cancelled => "cancelled".to_owned(),
-            };
-            trailer.push_str(&format!(
-                "\n{why}: {}; the shell state is as it was before this call",
-                report.describe()
-            ));
+            trailer.push_str(&ended_trailer(reason, &report, timeout));
             true
         }
     };
@@ -215,6 +179,59 @@ async fn exec(
         trailer,
         is_error,
     })
+}
+
+/// The parked shell, handed this call's payload, or a new shell when none
+/// is parked or the parked one cannot take it.
+async fn start_shell(ctx: &Ctx, payload: &[u8]) -> Result<Shell, Error> {
+    let parked = ctx
+        .parked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let started = match parked {
+        Some(p) => p.start(payload).await.map_err(Shell::discard).ok(),
+        None => None,
+    };
+    match started {
+        Some(sh) => Ok(sh),
+        None => shell::spawn(ctx, Some(payload)),
+    }
+}
+
+/// Appends how bash exited to `trailer`, as the reference words it;
+/// whether that is an error.
+fn exit_trailer(exit: Exit, trailer: &mut String) -> bool {
+    match exit {
+        Exit::Code(0) => false,
+        Exit::Code(c) => {
+            trailer.push_str(&format!("\nexit code: {c}"));
+            true
+        }
+        Exit::Signal(s) => {
+            trailer.push_str(&format!(
+                "\nexit code: {} (bash was killed by signal {s})",
+                exit.code()
+            ));
+            true
+        }
+    }
+}
+
+/// Why the runner ended the call and what it killed, so the model knows
+/// the shell state was not kept.
+fn ended_trailer(reason: Ended, report: &crate::procs::Ended, timeout: Duration) -> String {
+    let why = match reason {
+        Ended::Timeout => format!("timed out after {}ms", timeout.as_millis()),
+        Ended::OutputLimit(cap) => {
+            format!("stopped: the output passed {cap} bytes, the most one call may write")
+        }
+        Ended::Cancelled => "cancelled".to_owned(),
+    };
+    format!(
+        "\n{why}: {}; the shell state is as it was before this call",
+        report.describe()
+    )
 }
 
 /// stdout, then stderr -- stderr first when the call failed, where the

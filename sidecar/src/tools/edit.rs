@@ -1,5 +1,7 @@
 //! edit: replace a unique occurrence of a string (or every one), atomically.
 
+use std::path::Path;
+
 use serde::Deserialize;
 
 use super::{Ctx, link_target, parse, replaced_link_note, required};
@@ -44,70 +46,14 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     // Read, replace and rename as one step per file: a concurrent edit of
     // the same file waits instead of overwriting this one with stale text.
     let _held = ctx.locks.lock(key);
-    let (mut file, meta) = match open_regular(&path) {
-        Ok(f) => f,
-        Err(OpenError::Directory) => {
-            return Output::error(format!(
-                "edit: {file_path} is a directory, not a regular file"
-            ));
-        }
-        Err(OpenError::NotRegular(kind)) => {
-            return Output::error(format!("edit: {file_path} is {kind}, not a regular file"));
-        }
-        Err(OpenError::Io(e)) => {
-            return Output::error(format!("edit {file_path}: {}", describe(&e)));
-        }
+    let content = match read_text(&path, file_path) {
+        Ok(c) => c,
+        Err(out) => return out,
     };
-    if meta.len() > MAX_FILE_BYTES {
-        return Output::error(format!(
-            "edit: {file_path} is {} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file.",
-            meta.len()
-        ));
-    }
-    let data = match read_capped(&mut file, meta.len(), MAX_FILE_BYTES) {
-        Ok((_, true)) => {
-            return Output::error(format!(
-                "edit: {file_path} holds more than the {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file."
-            ));
-        }
-        Ok((d, false)) => d,
-        Err(e) => return Output::error(format!("edit {file_path}: {}", describe(&e))),
+    let (updated, count) = match replace(&content, old, new, input.replace_all, file_path) {
+        Ok(r) => r,
+        Err(out) => return out,
     };
-    drop(file);
-    if looks_binary(&data) {
-        return Output::error(format!(
-            "edit: {file_path} is a binary file (it contains NUL bytes); modify it with bash"
-        ));
-    }
-    // Not lossy: rewriting a file whose invalid bytes became U+FFFD would
-    // corrupt the parts the edit never touched.
-    let Ok(content) = String::from_utf8(data) else {
-        return Output::error(format!(
-            "edit: {file_path} is not valid UTF-8; modify it with bash (sed/awk)"
-        ));
-    };
-    let count = content.matches(old).count();
-    if count == 0 {
-        return Output::error(format!("edit: old_string not found in {file_path}"));
-    }
-    if count > 1 && !input.replace_all {
-        return Output::error(format!(
-            "edit: old_string appears {count} times in {file_path} (must be unique, or set replace_all)"
-        ));
-    }
-    // Bounded before it is built: a short old_string replaced by a long
-    // new_string everywhere can ask for gigabytes.
-    let grown = (new.len() as u64).saturating_sub(old.len() as u64);
-    let shrunk = (old.len() as u64).saturating_sub(new.len() as u64);
-    let result_len = (content.len() as u64)
-        .saturating_add(grown.saturating_mul(count as u64))
-        .saturating_sub(shrunk.saturating_mul(count as u64));
-    if result_len > MAX_EDIT_RESULT_BYTES {
-        return Output::error(format!(
-            "edit: the result would be {result_len} bytes, over the {MAX_EDIT_RESULT_BYTES}-byte limit of an edit; write the file with write or bash instead"
-        ));
-    }
-    let updated = content.replace(old, new);
     let link = link_target(&path);
     if let Err(e) = atomic_write(&path, updated.as_bytes(), Some(&ctx.journal)) {
         return Output::error(format!("edit {file_path}: {}", describe(&e)));
@@ -119,4 +65,87 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
             replaced_link_note(file_path, &t)
         )),
     }
+}
+
+/// The file as text, or the tool error saying why it cannot be edited:
+/// not a regular file, over the cap, binary, or not UTF-8.
+fn read_text(path: &Path, file_path: &str) -> Result<String, Output> {
+    let (mut file, meta) = match open_regular(path) {
+        Ok(f) => f,
+        Err(OpenError::Directory) => {
+            return Err(Output::error(format!(
+                "edit: {file_path} is a directory, not a regular file"
+            )));
+        }
+        Err(OpenError::NotRegular(kind)) => {
+            return Err(Output::error(format!(
+                "edit: {file_path} is {kind}, not a regular file"
+            )));
+        }
+        Err(OpenError::Io(e)) => {
+            return Err(Output::error(format!("edit {file_path}: {}", describe(&e))));
+        }
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(Output::error(format!(
+            "edit: {file_path} is {} bytes, exceeds {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file.",
+            meta.len()
+        )));
+    }
+    let data = match read_capped(&mut file, meta.len(), MAX_FILE_BYTES) {
+        Ok((_, true)) => {
+            return Err(Output::error(format!(
+                "edit: {file_path} holds more than the {MAX_FILE_BYTES}-byte limit. Use bash (sed/awk) to modify a large file."
+            )));
+        }
+        Ok((d, false)) => d,
+        Err(e) => return Err(Output::error(format!("edit {file_path}: {}", describe(&e)))),
+    };
+    if looks_binary(&data) {
+        return Err(Output::error(format!(
+            "edit: {file_path} is a binary file (it contains NUL bytes); modify it with bash"
+        )));
+    }
+    // Not lossy: rewriting a file whose invalid bytes became U+FFFD would
+    // corrupt the parts the edit never touched.
+    String::from_utf8(data).map_err(|_| {
+        Output::error(format!(
+            "edit: {file_path} is not valid UTF-8; modify it with bash (sed/awk)"
+        ))
+    })
+}
+
+/// The edited text and the number of replacements, or the tool error:
+/// `old` absent, not unique without `replace_all`, or a result too large.
+fn replace(
+    content: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    file_path: &str,
+) -> Result<(String, usize), Output> {
+    let count = content.matches(old).count();
+    if count == 0 {
+        return Err(Output::error(format!(
+            "edit: old_string not found in {file_path}"
+        )));
+    }
+    if count > 1 && !replace_all {
+        return Err(Output::error(format!(
+            "edit: old_string appears {count} times in {file_path} (must be unique, or set replace_all)"
+        )));
+    }
+    // Bounded before it is built: a short old_string replaced by a long
+    // new_string everywhere can ask for gigabytes.
+    let grown = (new.len() as u64).saturating_sub(old.len() as u64);
+    let shrunk = (old.len() as u64).saturating_sub(new.len() as u64);
+    let result_len = (content.len() as u64)
+        .saturating_add(grown.saturating_mul(count as u64))
+        .saturating_sub(shrunk.saturating_mul(count as u64));
+    if result_len > MAX_EDIT_RESULT_BYTES {
+        return Err(Output::error(format!(
+            "edit: the result would be {result_len} bytes, over the {MAX_EDIT_RESULT_BYTES}-byte limit of an edit; write the file with write or bash instead"
+        )));
+    }
+    Ok((content.replace(old, new), count))
 }

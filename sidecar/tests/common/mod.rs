@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sidecar::client::{Client, Target};
-use sidecar::{Error, ToolResult};
+use runner_api::{Client, Error, Target, ToolResult};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_agent-sidecar");
 

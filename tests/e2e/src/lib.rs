@@ -3,7 +3,8 @@
 //! operator as a process, a CA and webhook registration made per run.
 //!
 //! Nothing here mocks the cluster. Without one the tests fail and say how
-//! to get one (`scripts/test-all.sh` starts it).
+//! to get one (`scripts/test-all.sh` starts it). `tests/follow.rs` is the
+//! exception: it needs only the built binaries.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -42,13 +43,24 @@ pub fn runner_image() -> String {
 
 /// The `kubectl-agent` binary `cargo build -p kubectl-agent` made.
 pub fn plugin_bin() -> PathBuf {
+    built_bin("kubectl-agent", "kubectl-agent")
+}
+
+/// The `agent-sidecar` binary `cargo build -p sidecar` made (the e2e crate
+/// cannot depend on the sidecar crate for it: a binary of another package
+/// is only built when asked for).
+pub fn runner_bin() -> PathBuf {
+    built_bin("agent-sidecar", "sidecar")
+}
+
+fn built_bin(name: &str, package: &str) -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root().join("target"));
-    let p = target.join("debug/kubectl-agent");
+    let p = target.join("debug").join(name);
     assert!(
         p.exists(),
-        "{} is missing: cargo build -p kubectl-agent",
+        "{} is missing: cargo build -p {package}",
         p.display()
     );
     p

@@ -1,0 +1,151 @@
+//! `agent-sidecar serve` as a process: logging, the subreaper, the async
+//! runtime, and the three things that change the runner while it serves --
+//! a new toolset file, an idle timeout, a shutdown signal.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{ServeArgs, load_toolset};
+use crate::service::{Listen, serve as serve_grpc};
+use crate::{Error, Runner, RunnerConfig};
+
+/// Serves until SIGTERM/SIGINT or the idle timeout, then drains in-flight
+/// calls and returns. A runner that cannot start returns the reason.
+pub fn serve(args: ServeArgs) -> Result<(), Error> {
+    init_logging();
+    // As PID 1, or beside it, every orphaned background job must become ours
+    // to reap; the supervisor reaps whatever is reparented here.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "cannot become a child subreaper; orphans will be reaped only if this is PID 1");
+    }
+    let config = config(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    rt.block_on(async move {
+        let meter = crate::telemetry::init()?;
+        let res = run(args, config).await;
+        crate::telemetry::shutdown(meter);
+        res
+    })
+}
+
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// The runner's configuration from the flags. The socket and the toolset
+/// file are protected: the file tools must not let the model replace the
+/// runner's own way in or its policy.
+fn config(args: &ServeArgs) -> Result<RunnerConfig, Error> {
+    let toolset = load_toolset(args.toolset.as_ref())?;
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| RunnerConfig::default_state_dir(&args.session));
+    let mut config = RunnerConfig::new(
+        args.workdir.clone(),
+        state_dir,
+        args.spill_dir.clone(),
+        toolset,
+    );
+    config.limits = args.limits();
+    config.protected = std::iter::once(args.socket.clone())
+        .chain(args.toolset.clone())
+        .collect();
+    Ok(config)
+}
+
+async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
+    let runner = Runner::new(config)?;
+    tracing::info!(workdir = %runner.workdir().display(), session = %args.session, "runner ready");
+    if let Some(path) = args.toolset.clone() {
+        let every = Duration::from_secs(args.toolset_poll_seconds.max(1));
+        tokio::spawn(watch_toolset(runner.clone(), path, every));
+    }
+    let idle = args.idle_timeout_seconds.map(Duration::from_secs);
+    let watched = runner.clone();
+    let listen = Listen {
+        socket: args.socket,
+        tcp: args.listen,
+    };
+    serve_grpc(runner, listen, async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = idle_timeout(watched, idle) => {}
+        }
+    })
+    .await
+}
+
+/// Resolves once the runner has been idle for `limit` (never without one).
+/// The pod's restart policy treats the clean exit that follows as the
+/// session's end, so an abandoned session stops costing a node.
+pub async fn idle_timeout(runner: Runner, limit: Option<Duration>) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let idle = runner.idle_for();
+        if idle >= limit {
+            tracing::info!(
+                idle_s = idle.as_secs(),
+                "idle timeout reached; ending the session"
+            );
+            return;
+        }
+        tokio::time::sleep(limit - idle + Duration::from_millis(50)).await;
+    }
+}
+
+/// Re-reads the toolset file when its bytes change, because the kubelet
+/// updates a mounted ConfigMap in place and a policy change must not need
+/// a new pod. A broken file keeps the toolset in force (and says so)
+/// rather than opening every tool.
+pub async fn watch_toolset(runner: Runner, path: PathBuf, every: Duration) {
+    let mut last = std::fs::read(&path).ok();
+    loop {
+        tokio::time::sleep(every).await;
+        let now = std::fs::read(&path).ok();
+        if now.is_none() || now == last {
+            continue;
+        }
+        match load_toolset(Some(&path)) {
+            Ok(ts) => {
+                tracing::info!(path = %path.display(), tools = ts.tools.len(), "toolset changed; now enforcing it");
+                runner.set_toolset(ts);
+                last = now;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "toolset file changed but is unusable; keeping the current toolset")
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM (the kubelet stopping the pod) or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the runner serves until killed.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
