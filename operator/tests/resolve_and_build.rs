@@ -261,6 +261,20 @@ fn long_names_stay_within_limits_and_apart() {
     assert_ne!(na, nb);
     assert!(na.ends_with("-sandbox"));
     assert_eq!(object_name("short", "toolset"), "short-toolset");
+    let long_a = format!("{}a", "s".repeat(60));
+    let long_b = format!("{}b", "s".repeat(60));
+    let (a, b) = (
+        object_name(&long_a, "workspace"),
+        object_name(&long_b, "workspace"),
+    );
+    assert_ne!(a, b, "names that differ only past the cut differ");
+    assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+    let digest = a
+        .trim_end_matches("-workspace")
+        .rsplit('-')
+        .next()
+        .unwrap_or_default();
+    assert_eq!(digest.len(), 32, "a 128-bit digest: {a}");
 }
 
 #[test]

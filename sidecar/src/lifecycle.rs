@@ -12,7 +12,9 @@ use crate::{Error, Runner, RunnerConfig};
 /// Serves until SIGTERM/SIGINT or the idle timeout, then drains in-flight
 /// calls and returns. A runner that cannot start returns the reason.
 pub fn serve(args: ServeArgs) -> Result<(), Error> {
-    init_logging();
+    if let Err(e) = telemetry::init_logging(TELEMETRY) {
+        eprintln!("agent-sidecar: {e}");
+    }
     // As PID 1, or beside it, every orphaned background job must become ours
     // to reap; the supervisor reaps whatever is reparented here.
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
@@ -26,23 +28,22 @@ pub fn serve(args: ServeArgs) -> Result<(), Error> {
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
     rt.block_on(async move {
-        let meter = crate::telemetry::init()?;
-        let res = run(args, config).await;
-        crate::telemetry::shutdown(meter);
-        res
+        // Flushed when dropped, after the last call has been recorded.
+        let _exporters =
+            telemetry::init_export(TELEMETRY).map_err(|e| Error::Telemetry(e.to_string()))?;
+        run(args, config).await
     })
 }
 
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
+/// The runner exports only its tool-duration metric; spans would be one
+/// per call with nothing a metric does not say.
+const TELEMETRY: telemetry::Setup = telemetry::Setup {
+    service: "agent-sidecar",
+    json_logs: false,
+    default_filter: "info",
+    traces: false,
+    metrics: true,
+};
 
 /// The runner's configuration from the flags. The socket and the toolset
 /// file are protected: the file tools must not let the model replace the

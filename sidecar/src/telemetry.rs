@@ -1,9 +1,8 @@
-//! The tool-duration metric and its OTLP export.
+//! The tool-duration metric. Its export is the shared `telemetry` crate's.
 
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use crate::{Error, ToolResult};
 
@@ -38,52 +37,11 @@ pub fn record_run(name: &str, d: Duration, res: &Result<ToolResult, Error>) {
         .record(d.as_secs_f64(), &attrs);
 }
 
-/// Installs an OTLP (gRPC) meter provider when the standard
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or its metrics-specific variant) is set,
-/// and nothing otherwise: an unset endpoint means no exporter, not a default
-/// one dialling localhost. Must be called inside a tokio runtime.
-pub fn init() -> Result<Option<SdkMeterProvider>, Error> {
-    let configured = [
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .iter()
-    .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()));
-    if !configured {
-        return Ok(None);
-    }
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_tonic()
-        .build()
-        .map_err(|e| Error::Telemetry(e.to_string()))?;
-    // OTEL_SERVICE_NAME, when set, wins over the built-in name.
-    let mut resource = opentelemetry_sdk::Resource::builder();
-    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-        resource = resource.with_service_name("agent-sidecar");
-    }
-    let resource = resource.build();
-    let provider = SdkMeterProvider::builder()
-        .with_periodic_exporter(exporter)
-        .with_resource(resource)
-        .build();
-    opentelemetry::global::set_meter_provider(provider.clone());
-    Ok(Some(provider))
-}
-
-/// Flushes and stops the provider `init` installed.
-pub fn shutdown(provider: Option<SdkMeterProvider>) {
-    if let Some(p) = provider
-        && let Err(e) = p.shutdown()
-    {
-        tracing::warn!(error = %e, "telemetry shutdown");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 
     /// (metric name, sorted attributes, count) of every data point.
     type Point = (String, Vec<(String, String)>, u64);

@@ -126,6 +126,12 @@ fn env(k: &str) -> Option<String> {
 /// when anything is exported (the gRPC exporters need one).
 pub fn init(setup: Setup) -> Result<Telemetry, Error> {
     init_logging(setup)?;
+    init_export(setup)
+}
+
+/// Installs the OTLP exporters [`init`] would, without the logger: for a
+/// binary that must log before its async runtime exists.
+pub fn init_export(setup: Setup) -> Result<Telemetry, Error> {
     let resource = resource(setup.service);
     let mut out = Telemetry::default();
     if setup.traces && enabled(Signal::Traces, env) {
@@ -179,7 +185,8 @@ fn resource(service: &'static str) -> Resource {
     builder.build()
 }
 
-fn init_logging(setup: Setup) -> Result<(), Error> {
+/// Installs the logger [`init`] would, and nothing else.
+pub fn init_logging(setup: Setup) -> Result<(), Error> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(setup.default_filter));
     let builder = tracing_subscriber::fmt()
