@@ -50,15 +50,18 @@ pub struct PodConfig {
 
 /// Deterministic names of a session's objects. Kubernetes names are at most
 /// 253 characters and label values 63; a long session name is cut and given
-/// a digest of the whole name. The digest is 128 bits, so two names that
-/// map to the same objects cannot be searched for (a 32-bit digest could be
-/// collided on a laptop); even then, objects are adopted only by owner UID.
+/// a digest of the whole name. The digest is 32 bits, so two long names
+/// that map to the same objects can be searched for; that yields a
+/// NameConflict condition, not a takeover, because objects are adopted and
+/// deleted only by owner UID (`plan::owned_by`). Lengthening it renames the
+/// objects of every long-named session, its workspace claim included, so it
+/// waits for a migration that carries the claim over.
 pub fn object_name(session: &str, suffix: &str) -> String {
     let full = format!("{session}-{suffix}");
     if full.len() <= 63 {
         return full;
     }
-    let digest = hex::encode(&Sha256::digest(session.as_bytes())[..16]);
+    let digest = hex::encode(&Sha256::digest(session.as_bytes())[..4]);
     let keep = 63 - suffix.len() - digest.len() - 2;
     let head = session[..keep.min(session.len())].trim_end_matches(['-', '.']);
     format!("{head}-{digest}-{suffix}")
