@@ -209,6 +209,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::metadata(bin())?.len() as f64 / (1 << 20) as f64
     );
     println!("{:<10} {:>6} {:>10} {:>10}", "tool", "n", "p50", "p99");
+    // The floors: the transport alone (health), then a Run that the gate
+    // answers without running a tool; each tool row less the second is the
+    // tool's own share.
+    let mut lat = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        client.health().await?;
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    println!(
+        "{:<10} {iters:>6} {:>10} {:>10}",
+        "health",
+        us(pct(&lat, 0.5)),
+        us(pct(&lat, 0.99))
+    );
+    let mut lat = Vec::with_capacity(iters);
+    for i in 0..iters {
+        let t = Instant::now();
+        client.run(&format!("u{i}"), "no_such_tool", "{}", false).await?;
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    println!(
+        "{:<10} {iters:>6} {:>10} {:>10}",
+        "run, gate",
+        us(pct(&lat, 0.5)),
+        us(pct(&lat, 0.99))
+    );
     let mut n = 0u64;
     for (label, tool, input, count) in &cases {
         let input = input.to_string();
