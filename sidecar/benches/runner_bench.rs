@@ -228,7 +228,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lat = Vec::with_capacity(iters);
     for i in 0..iters {
         let t = Instant::now();
-        client.run(&format!("u{i}"), "no_such_tool", "{}", false).await?;
+        client
+            .run(&format!("u{i}"), "no_such_tool", "{}", false)
+            .await?;
         lat.push(t.elapsed());
     }
     lat.sort();

@@ -346,11 +346,27 @@ impl Runner {
     }
 }
 
+/// Runs blocking file work for the current call. On the multi-thread
+/// runtime (`serve`) the call's own task runs it in place and the worker's
+/// other tasks move to another thread: the call does not wait for a pool
+/// thread to wake and then for its worker to be woken again, two thread
+/// switches that were most of a small read's latency on a 2-core node. A
+/// current-thread runtime (in-process tests) cannot do that, so there the
+/// work goes to the blocking pool as before. A panic in the work is the
+/// call's fault, not the runner's end.
 async fn blocking<T, F>(f: F) -> Result<T, Error>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        return tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .map_err(|_| Error::io("a tool task failed", std::io::Error::other("panicked")))
+        });
+    }
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Error::io("a tool task failed", std::io::Error::other(e)))
