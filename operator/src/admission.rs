@@ -8,6 +8,7 @@ use crds::AgentSessionSpec;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
+use crate::policy::{self, SessionPolicy};
 use crate::validation::check_spec;
 
 /// What the webhook decided, before it is wrapped for the API server.
@@ -18,8 +19,9 @@ pub struct Decision {
     pub warnings: Vec<String>,
 }
 
-/// Decides on the object of one request.
-pub fn decide(req: &AdmissionRequest<DynamicObject>) -> Decision {
+/// Decides on the object of one request: the spec's rules, then the
+/// platform's session policy.
+pub fn decide(req: &AdmissionRequest<DynamicObject>, session_policy: &SessionPolicy) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision {
             allowed: true,
@@ -37,7 +39,8 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>) -> Decision {
         Ok(s) => s,
         Err(e) => return deny(format!("spec: {e}")),
     };
-    let findings = check_spec(&spec);
+    let mut findings = check_spec(&spec);
+    findings.errors.extend(policy::check(&spec, session_policy));
     if findings.is_valid() {
         Decision {
             allowed: true,
@@ -63,13 +66,16 @@ fn deny(message: String) -> Decision {
 
 /// Answers one AdmissionReview body. A body that is not a review gets an
 /// `Err` (the server answers 400); a review always gets a review back.
-pub fn review(body: &[u8]) -> Result<(Decision, AdmissionReview<DynamicObject>), String> {
+pub fn review(
+    body: &[u8],
+    session_policy: &SessionPolicy,
+) -> Result<(Decision, AdmissionReview<DynamicObject>), String> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     let req: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e| format!("AdmissionReview without a request: {e}"))?;
-    let decision = decide(&req);
+    let decision = decide(&req, session_policy);
     let mut resp = AdmissionResponse::from(&req);
     if !decision.allowed {
         resp = resp.deny(decision.message.clone().unwrap_or_default());

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::pod::PodConfig;
+use crate::policy::SessionPolicy;
 use crate::tls::{self, ReloadingCert, TlsFiles};
 use crate::webhook::router as admission_router;
 
@@ -30,7 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller and the admission webhook.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate a manifest offline like the webhook, and print the status
     /// the operator would write, as JSON. Exits 1 when a session is invalid.
     Check {
@@ -93,6 +94,46 @@ pub struct RunArgs {
     /// Log as JSON lines.
     #[arg(long, env = "AGENTPLANE_JSON_LOGS")]
     pub json_logs: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// The session policy: what sessions may ask for beyond literal env values.
+/// Everything here is denied unless listed.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PolicyArgs {
+    /// A Secret (in the session's namespace) env valueFrom may reference; repeatable.
+    #[arg(long = "allow-secret-ref", value_name = "NAME")]
+    pub secret_refs: Vec<String>,
+    /// A ConfigMap (in the session's namespace) env valueFrom may reference; repeatable.
+    #[arg(long = "allow-configmap-ref", value_name = "NAME")]
+    pub configmap_refs: Vec<String>,
+    /// A RuntimeClass sessions may select; repeatable.
+    #[arg(long = "allow-runtime-class", value_name = "NAME")]
+    pub runtime_classes: Vec<String>,
+    /// A node-selector term sessions may use; repeatable.
+    #[arg(long = "allow-node-selector", value_name = "KEY=VALUE")]
+    pub node_selectors: Vec<String>,
+    /// Let sessions set tolerations.
+    #[arg(long = "allow-tolerations")]
+    pub tolerations: bool,
+    /// A StorageClass workspace claims may name; repeatable.
+    #[arg(long = "allow-storage-class", value_name = "NAME")]
+    pub storage_classes: Vec<String>,
+}
+
+impl PolicyArgs {
+    /// The policy these flags describe.
+    pub fn policy(&self) -> SessionPolicy {
+        SessionPolicy {
+            secret_refs: self.secret_refs.iter().cloned().collect(),
+            configmap_refs: self.configmap_refs.iter().cloned().collect(),
+            runtime_classes: self.runtime_classes.iter().cloned().collect(),
+            node_selectors: self.node_selectors.iter().cloned().collect(),
+            tolerations: self.tolerations,
+            storage_classes: self.storage_classes.iter().cloned().collect(),
+        }
+    }
 }
 
 /// Runs the command line; the exit code says how it went.
@@ -110,7 +151,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         },
         Command::Check { file } => run_check(&file),
         Command::Probe { url } => probe(&url).await,
-        Command::Run(args) => match run(args).await {
+        Command::Run(args) => match run(*args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "agent-operator stopped");
@@ -274,6 +315,7 @@ async fn run(args: RunArgs) -> Result<()> {
                 image_pull_policy: args.image_pull_policy.clone(),
             },
             Duration::from_secs(args.mcp_timeout_seconds),
+            args.policy.policy(),
         ));
         let lease = args.leader_elect.then(|| {
             let identity = std::env::var("POD_NAME")
@@ -314,7 +356,7 @@ fn spawn_webhook(args: &RunArgs, tasks: &mut Tasks, stop: &StopSignal) -> Result
             cert.watch(Duration::from_secs(10));
             tasks.spawn(tls::serve(
                 args.webhook_addr,
-                admission_router(),
+                admission_router(Arc::new(args.policy.policy())),
                 cert,
                 stop.wait(),
             ));

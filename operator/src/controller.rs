@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::mcp::McpClient;
 use crate::plan::{self, Note, Observed, Plan, PodAction};
 use crate::pod::{self, PodConfig};
+use crate::policy::{self, SessionPolicy};
 use crate::resolution::{self, Listings, Resolution};
 use crate::validation;
 use toolset::Entries;
@@ -99,6 +100,8 @@ pub struct Context {
     pub client: Client,
     pub pods: PodConfig,
     pub mcp_timeout: Duration,
+    /// What the platform lets sessions ask for.
+    pub policy: SessionPolicy,
     /// One recorder for every event, so repeated events are aggregated into
     /// series instead of each creating an object.
     recorder: Recorder,
@@ -116,7 +119,12 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    pub fn new(client: Client, pods: PodConfig, mcp_timeout: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        pods: PodConfig,
+        mcp_timeout: Duration,
+        policy: SessionPolicy,
+    ) -> Self {
         let reporter = Reporter {
             controller: MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -126,6 +134,7 @@ impl Context {
             client,
             pods,
             mcp_timeout,
+            policy,
             metrics: Metrics::new(),
             backoff: Backoff::default(),
         }
@@ -215,13 +224,17 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let entries = validation::entries(&session.spec);
-    // An invalid spec reaches no server: its URLs were never admitted.
-    let listings = if validation::check(&session.spec, &entries).is_valid() {
+    // The webhook may not have run: the policy is checked again here, and
+    // an invalid or denied spec reaches no server (its URLs were never
+    // admitted) and runs no pod.
+    let denied = policy::check(&session.spec, &ctx.policy);
+    let listings = if denied.is_empty() && validation::check(&session.spec, &entries).is_valid() {
         list_servers(&session.spec, &entries, ctx.mcp_timeout).await
     } else {
         Listings::new()
     };
-    let res = resolution::resolve(&session.spec, &entries, &listings);
+    let mut res = resolution::resolve(&session.spec, &entries, &listings);
+    resolution::apply_policy(&mut res, &denied);
     let observed = observe(ctx, &ns, session, &res).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());
     let applied = carry_out(ctx, &ns, &plan).await;

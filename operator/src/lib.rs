@@ -18,6 +18,7 @@ pub mod listen;
 pub mod mcp;
 pub mod plan;
 pub mod pod;
+pub mod policy;
 pub mod resolution;
 pub mod status;
 pub mod tls;

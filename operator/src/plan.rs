@@ -236,7 +236,7 @@ fn decide_pod(
                 delete(p),
                 vec![Note::warning(
                     "StoppedPod",
-                    format!("the toolset is invalid; deleted pod {pod_name}"),
+                    format!("the session's spec is invalid or not allowed; deleted pod {pod_name}"),
                 )],
                 None,
             ),
@@ -346,7 +346,7 @@ pub fn status_events(
         }
         any_changed = true;
         match (c.type_.as_str(), c.status.as_str(), c.reason.as_str()) {
-            ("ToolsetValid" | "McpResolved", "False", _)
+            ("ToolsetValid" | "McpResolved" | "PolicyAllowed", "False", _)
             | ("Ready", "False", "ApplyFailed" | "NameConflict") => {
                 out.push(Note::warning(&c.reason, c.message.clone()));
             }

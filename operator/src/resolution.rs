@@ -41,6 +41,22 @@ pub struct Resolution {
     pub retry_mcp: bool,
 }
 
+/// Applies the platform's verdict: a spec the session policy denies runs
+/// no pod, and a `PolicyAllowed=False` condition names every denied field.
+pub fn apply_policy(res: &mut Resolution, denied: &[validation::Finding]) {
+    if denied.is_empty() {
+        return;
+    }
+    let message: Vec<String> = denied.iter().map(ToString::to_string).collect();
+    res.runner = None;
+    res.conditions.push(CondSpec {
+        type_: "PolicyAllowed",
+        status: false,
+        reason: "PolicyDenied".into(),
+        message: message.join("; "),
+    });
+}
+
 /// The model-facing name of MCP tool `tool` on `server`.
 pub fn mcp_tool_name(server: &str, tool: &str) -> String {
     format!("mcp__{server}__{tool}")

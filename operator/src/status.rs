@@ -22,8 +22,9 @@ pub fn pod_view(resolution: &Resolution, pod: Option<&Pod>) -> (SessionPhase, Co
             SessionPhase::Invalid,
             ready(
                 false,
-                "ToolsetInvalid",
-                "no sandbox runs until the toolset is fixed; see ToolsetValid".into(),
+                "SpecInvalid",
+                "no sandbox runs until the spec is fixed; see ToolsetValid and PolicyAllowed"
+                    .into(),
             ),
         );
     }

@@ -2,11 +2,11 @@
 //! AdmissionReview with [`admission::review`]'s decision. TLS is
 //! [`crate::tls`]'s, the health endpoints [`crate::health`]'s.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -14,6 +14,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::Counter;
 
 use crate::admission;
+use crate::policy::SessionPolicy;
 
 /// Built on first use, which is after telemetry is installed (the server
 /// starts after it), and then shared by every request.
@@ -34,11 +35,11 @@ pub const MAX_REVIEW_BYTES: usize = 8 << 20;
 /// failure policy; answering earlier with a denial names the cause.
 pub const DECISION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn validate(body: Bytes) -> Response {
+async fn validate(State(session_policy): State<Arc<SessionPolicy>>, body: Bytes) -> Response {
     let decisions = &*DECISIONS;
     // Decoding and validating are CPU work: off the async workers, which
     // also renew the leader lease and serve the health endpoints.
-    let work = tokio::task::spawn_blocking(move || admission::review(&body));
+    let work = tokio::task::spawn_blocking(move || admission::review(&body, &session_policy));
     let outcome = match tokio::time::timeout(DECISION_DEADLINE, work).await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => Err(format!("validation failed: {e}")),
@@ -66,9 +67,10 @@ async fn validate(body: Bytes) -> Response {
     }
 }
 
-/// The webhook's routes.
-pub fn router() -> Router {
+/// The webhook's routes, deciding under `session_policy`.
+pub fn router(session_policy: Arc<SessionPolicy>) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .with_state(session_policy)
 }

@@ -1,6 +1,7 @@
 //! The webhook's decisions on AdmissionReview fixtures, snapshotted.
 
 use operator::admission::review;
+use operator::policy::SessionPolicy;
 use serde_json::{Value, json};
 
 fn request(op: &str, spec: Value) -> Vec<u8> {
@@ -28,7 +29,7 @@ fn request(op: &str, spec: Value) -> Vec<u8> {
 }
 
 fn answer(op: &str, spec: Value) -> Value {
-    let (_, resp) = review(&request(op, spec)).expect("a review");
+    let (_, resp) = review(&request(op, spec), &SessionPolicy::default()).expect("a review");
     serde_json::to_value(resp).expect("json")
 }
 
@@ -98,6 +99,29 @@ fn delete_is_always_allowed() {
 
 #[test]
 fn garbage_is_not_a_review() {
-    assert!(review(b"{}").is_err());
-    assert!(review(b"not json").is_err());
+    assert!(review(b"{}", &SessionPolicy::default()).is_err());
+    assert!(review(b"not json", &SessionPolicy::default()).is_err());
+}
+
+#[test]
+fn a_secret_reference_is_denied_unless_the_platform_allows_it() {
+    let spec = json!({
+        "image": "busybox",
+        "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}],
+        "tools": [{"type": "agent_toolset_20260401"}]
+    });
+    let body = request("CREATE", spec);
+    let (denied, _) = review(&body, &SessionPolicy::default()).expect("a review");
+    assert!(!denied.allowed);
+    let msg = denied.message.unwrap_or_default();
+    assert!(
+        msg.starts_with("spec.env[0].valueFrom.secretKeyRef.name: Secret \"db\""),
+        "{msg}"
+    );
+    let allowing = SessionPolicy {
+        secret_refs: ["db".to_owned()].into(),
+        ..SessionPolicy::default()
+    };
+    let (allowed, _) = review(&body, &allowing).expect("a review");
+    assert!(allowed.allowed, "{:?}", allowed.message);
 }

@@ -364,3 +364,35 @@ fn an_object_the_session_does_not_own_is_neither_adopted_nor_deleted() {
         p.events
     );
 }
+
+#[test]
+fn a_spec_the_policy_denies_runs_no_pod() {
+    let s = session(
+        json!([{"type": "agent_toolset_20260401"}]),
+        json!({"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}),
+    );
+    let mut res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let denied = operator::policy::check(&s.spec, &operator::policy::SessionPolicy::default());
+    operator::resolution::apply_policy(&mut res, &denied);
+    // A pod made before the policy tightened is stopped as well.
+    let observed = Observed {
+        pod: Some(running(&valid(), true)),
+        ..Observed::default()
+    };
+    let p = plan::plan(&s, &observed, &res, &cfg(), now());
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    assert!(p.configmap.is_none());
+    assert_eq!(p.status.phase, Some(SessionPhase::Invalid));
+    assert!(
+        reasons(&p.events).contains(&(true, "PolicyDenied")),
+        "{:?}",
+        p.events
+    );
+    assert!(
+        p.events.iter().any(|e| e
+            .message
+            .contains("spec.env[0].valueFrom.secretKeyRef.name")),
+        "{:?}",
+        p.events
+    );
+}

@@ -41,7 +41,7 @@ async fn serve() -> Served {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(operator::tls::serve(
         addr,
-        operator::webhook::router(),
+        operator::webhook::router(std::sync::Arc::default()),
         reloading,
         async move {
             let _ = stopped.await;

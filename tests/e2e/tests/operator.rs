@@ -224,6 +224,22 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
         );
     }
 
+    // The held-out rule: a session author gets no Secret through the spec
+    // unless the platform listed it (the operator runs with the default,
+    // empty session policy here).
+    let steals = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: steals\nspec:\n  image: {image}\n  env:\n    - name: X\n      valueFrom: {{secretKeyRef: {{name: db, key: pw}}}}\n  tools:\n{AGENT}",
+        image = sandbox_image()
+    );
+    let r = apply_in(k, &ns.name, &steals);
+    assert!(!r.ok, "a secretKeyRef was admitted");
+    assert!(
+        r.stderr
+            .contains("spec.env[0].valueFrom.secretKeyRef.name: Secret \"db\""),
+        "{}",
+        r.stderr
+    );
+
     // Soft findings come back as warnings and the apply succeeds.
     let r = apply_in(
         k,
