@@ -245,10 +245,9 @@ fn decide_pod(
         };
     }
     let desired = pod::build_pod(session, cfg);
-    let want = desired.annotations().get(SPEC_HASH_ANNOTATION);
     match existing {
         Some(_) if going => (PodAction::WaitForDeletion, Vec::new(), None),
-        Some(p) if p.annotations().get(SPEC_HASH_ANNOTATION) != want => (
+        Some(p) if !current(session, cfg, p) => (
             delete(p),
             vec![Note::normal(
                 "ReplacingPod",
@@ -266,6 +265,24 @@ fn decide_pod(
             Some(desired),
         ),
     }
+}
+
+/// Whether `pod` is what the session asks for, whatever runner image it
+/// was built with: the pod is rebuilt with its own runner image and the
+/// spec hashes compared. A new runner image (a `helm upgrade`) so reaches a
+/// session when its pod is next made (a spec change, a deleted pod, a
+/// restart), not by replacing every sandbox pod, and every workspace on
+/// emptyDir, at once.
+fn current(session: &AgentSession, cfg: &PodConfig, pod: &Pod) -> bool {
+    let theirs = pod::runner_image(pod).map_or_else(
+        || cfg.clone(),
+        |image| PodConfig {
+            runner_image: image.to_owned(),
+            ..cfg.clone()
+        },
+    );
+    let want = pod::build_pod(session, &theirs);
+    pod.annotations().get(SPEC_HASH_ANNOTATION) == want.annotations().get(SPEC_HASH_ANNOTATION)
 }
 
 fn delete(p: &Pod) -> PodAction {

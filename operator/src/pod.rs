@@ -36,6 +36,8 @@ pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/spec-hash";
 pub const TOOLSET_DIR: &str = "/etc/agentplane";
 /// The file name of the resolved toolset inside [`TOOLSET_DIR`].
 pub const TOOLSET_FILE: &str = "toolset.json";
+/// The init container that copies the runner into the sandbox pod.
+pub const INSTALL_CONTAINER: &str = "install-runner";
 /// The non-root identity sandbox processes run as.
 pub const SANDBOX_UID: i64 = 65532;
 
@@ -280,7 +282,7 @@ fn install_container(cfg: &PodConfig) -> Container {
         dest: SANDBOX_BIN.to_owned(),
     };
     Container {
-        name: "install-runner".to_owned(),
+        name: INSTALL_CONTAINER.to_owned(),
         image: Some(cfg.runner_image.clone()),
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(install.command(IMAGE_BIN)),
@@ -358,6 +360,18 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
         security_context: Some(hardened()),
         ..Container::default()
     }
+}
+
+/// The runner image a sandbox pod was built with (its install container's).
+pub fn runner_image(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == INSTALL_CONTAINER)?
+        .image
+        .as_deref()
 }
 
 /// A stable digest of a pod spec.

@@ -396,3 +396,38 @@ fn a_spec_the_policy_denies_runs_no_pod() {
         p.events
     );
 }
+
+#[test]
+fn a_new_runner_image_does_not_replace_running_pods() {
+    let s = valid();
+    let old = running(&s, true); // built with localhost/agentplane/runner:dev
+    let upgraded = PodConfig {
+        runner_image: "localhost/agentplane/runner:v2".into(),
+        ..cfg()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        pod: Some(old),
+        ..Observed::default()
+    };
+    let p = plan::plan(&s, &observed, &res, &upgraded, now());
+    assert_eq!(p.pod, PodAction::Keep, "the upgrade alone replaced the pod");
+    // A pod made from now on gets the new runner.
+    let fresh = plan::plan(&s, &Observed::default(), &res, &upgraded, now());
+    let PodAction::Create(pod) = fresh.pod else {
+        panic!("expected a create");
+    };
+    assert_eq!(
+        operator::pod::runner_image(&pod),
+        Some("localhost/agentplane/runner:v2")
+    );
+    // A spec change still replaces it, with the new runner then.
+    let mut changed = s.clone();
+    changed.spec.image = "other".into();
+    let observed = Observed {
+        pod: Some(running(&s, true)),
+        ..Observed::default()
+    };
+    let p = plan::plan(&changed, &observed, &res, &upgraded, now());
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+}
