@@ -19,6 +19,9 @@ use crate::pod::PodConfig;
 use crate::policy::SessionPolicy;
 use crate::tls::{self, ReloadingCert, TlsFiles};
 use crate::webhook::router as admission_router;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
 
 /// Reconciles AgentSessions into hardened sandbox pods and validates them at admission.
 #[derive(Debug, Parser)]
@@ -96,6 +99,67 @@ pub struct RunArgs {
     pub json_logs: bool,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub defaults: DefaultsArgs,
+}
+
+/// What a sandbox gets when its session does not say: bounds, so that no
+/// sandbox runs unbounded on the node. Changing them affects pods made
+/// afterwards, not running ones.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DefaultsArgs {
+    /// CPU request of a sandbox whose session sets no resources.
+    #[arg(long = "default-cpu-request", value_name = "QUANTITY", value_parser = parse_quantity)]
+    pub cpu_request: Option<String>,
+    /// CPU limit of a sandbox whose session sets no resources.
+    #[arg(long = "default-cpu-limit", value_name = "QUANTITY", value_parser = parse_quantity)]
+    pub cpu_limit: Option<String>,
+    /// Memory request of a sandbox whose session sets no resources.
+    #[arg(long = "default-memory-request", value_name = "QUANTITY", value_parser = parse_quantity)]
+    pub memory_request: Option<String>,
+    /// Memory limit of a sandbox whose session sets no resources.
+    #[arg(long = "default-memory-limit", value_name = "QUANTITY", value_parser = parse_quantity)]
+    pub memory_limit: Option<String>,
+    /// Size limit of an emptyDir workspace whose session sets none.
+    #[arg(long = "default-workspace-size", value_name = "QUANTITY", value_parser = parse_quantity)]
+    pub workspace_size: Option<String>,
+}
+
+/// A Kubernetes quantity as flags take it (`500m`, `2`, `1Gi`, `1.5G`),
+/// checked at start-up rather than at the first pod the API server refuses.
+fn parse_quantity(s: &str) -> Result<String, String> {
+    const SUFFIXES: [&str; 14] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m", "k", "M", "G", "T", "P", "E", "",
+    ];
+    let number = SUFFIXES
+        .iter()
+        .find_map(|suffix| s.strip_suffix(suffix).filter(|n| !n.is_empty()));
+    match number {
+        Some(n) if n.parse::<f64>().is_ok_and(|v| v.is_finite() && v > 0.0) => Ok(s.to_owned()),
+        _ => Err(format!(
+            "{s:?} is not a positive Kubernetes quantity (e.g. 500m, 2, 512Mi, 1Gi)"
+        )),
+    }
+}
+
+impl DefaultsArgs {
+    /// The default resources, if any flag sets one.
+    pub fn resources(&self) -> Option<ResourceRequirements> {
+        let pick = |cpu: &Option<String>, memory: &Option<String>| {
+            let map: BTreeMap<String, Quantity> = [("cpu", cpu), ("memory", memory)]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_owned(), Quantity(v.clone()?))))
+                .collect();
+            (!map.is_empty()).then_some(map)
+        };
+        let requests = pick(&self.cpu_request, &self.memory_request);
+        let limits = pick(&self.cpu_limit, &self.memory_limit);
+        (requests.is_some() || limits.is_some()).then(|| ResourceRequirements {
+            requests,
+            limits,
+            ..ResourceRequirements::default()
+        })
+    }
 }
 
 /// The session policy: what sessions may ask for beyond literal env values.
@@ -313,6 +377,8 @@ async fn run(args: RunArgs) -> Result<()> {
             PodConfig {
                 runner_image: args.runner_image.clone(),
                 image_pull_policy: args.image_pull_policy.clone(),
+                default_resources: args.defaults.resources(),
+                default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
             },
             Duration::from_secs(args.mcp_timeout_seconds),
             args.policy.policy(),
@@ -391,4 +457,37 @@ async fn reconcile(ctx: Arc<Context>, lease: Option<LeaseConfig>, stop: StopSign
     };
     leader::release(&api, &cfg).await;
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_are_checked_at_start_up() {
+        for ok in ["500m", "2", "1.5", "512Mi", "1Gi", "4G"] {
+            assert_eq!(parse_quantity(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["", "lots", "Gi", "-1Gi", "0", "1 Gi", "NaN"] {
+            assert!(parse_quantity(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn default_resources_only_when_a_flag_sets_one() {
+        assert!(DefaultsArgs::default().resources().is_none());
+        let d = DefaultsArgs {
+            cpu_request: Some("100m".into()),
+            memory_limit: Some("1Gi".into()),
+            ..DefaultsArgs::default()
+        };
+        let r = d.resources().expect("set");
+        assert_eq!(
+            r.requests.expect("requests")["cpu"],
+            Quantity("100m".into())
+        );
+        let limits = r.limits.expect("limits");
+        assert_eq!(limits["memory"], Quantity("1Gi".into()));
+        assert!(!limits.contains_key("cpu"));
+    }
 }

@@ -267,21 +267,14 @@ fn decide_pod(
     }
 }
 
-/// Whether `pod` is what the session asks for, whatever runner image it
-/// was built with: the pod is rebuilt with its own runner image and the
-/// spec hashes compared. A new runner image (a `helm upgrade`) so reaches a
+/// Whether `pod` is what the session asks for, whatever runner image and
+/// defaults it was built with: the session is rebuilt with the pod's own
+/// operator-level settings ([`pod::config_of`]) and the spec hashes compared. A new runner image (a `helm upgrade`) so reaches a
 /// session when its pod is next made (a spec change, a deleted pod, a
 /// restart), not by replacing every sandbox pod, and every workspace on
 /// emptyDir, at once.
 fn current(session: &AgentSession, cfg: &PodConfig, pod: &Pod) -> bool {
-    let theirs = pod::runner_image(pod).map_or_else(
-        || cfg.clone(),
-        |image| PodConfig {
-            runner_image: image.to_owned(),
-            ..cfg.clone()
-        },
-    );
-    let want = pod::build_pod(session, &theirs);
+    let want = pod::build_pod(session, &pod::config_of(pod, cfg));
     pod.annotations().get(SPEC_HASH_ANNOTATION) == want.annotations().get(SPEC_HASH_ANNOTATION)
 }
 

@@ -16,8 +16,9 @@ use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
     ExecAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
-    PodSpec, Probe, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 use runner_api::{
@@ -36,6 +37,8 @@ pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/spec-hash";
 pub const TOOLSET_DIR: &str = "/etc/agentplane";
 /// The file name of the resolved toolset inside [`TOOLSET_DIR`].
 pub const TOOLSET_FILE: &str = "toolset.json";
+/// The container running the session's image and the runner.
+pub const SANDBOX_CONTAINER: &str = "sandbox";
 /// The init container that copies the runner into the sandbox pod.
 pub const INSTALL_CONTAINER: &str = "install-runner";
 /// The non-root identity sandbox processes run as.
@@ -48,6 +51,11 @@ pub struct PodConfig {
     pub runner_image: String,
     /// Pull policy for both images (IfNotPresent unless told otherwise).
     pub image_pull_policy: String,
+    /// The sandbox container's resources when the session sets none, so
+    /// that no sandbox runs unbounded on the node.
+    pub default_resources: Option<ResourceRequirements>,
+    /// The emptyDir workspace's size limit when the session sets none.
+    pub default_workspace_limit: Option<Quantity>,
 }
 
 /// Deterministic names of a session's objects. Kubernetes names are at most
@@ -206,7 +214,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
                 }),
                 ..Volume::default()
             },
-            workspace_volume(session),
+            workspace_volume(session, cfg),
         ]),
         // A crash restarts the runner in place (its bash state survives in
         // the agent-run emptyDir); an idle exit (code 0) ends the session.
@@ -251,7 +259,7 @@ const BIN_VOLUME: &str = "agent-bin";
 const RUN_VOLUME: &str = "agent-run";
 
 /// The workspace: the session's claim, or an emptyDir (sized if asked).
-fn workspace_volume(session: &AgentSession) -> Volume {
+fn workspace_volume(session: &AgentSession, cfg: &PodConfig) -> Volume {
     let name = session.metadata.name.as_deref().unwrap_or_default();
     match session.spec.workspace.as_ref() {
         Some(w) if w.volume_claim_template.is_some() => Volume {
@@ -267,7 +275,8 @@ fn workspace_volume(session: &AgentSession) -> Volume {
             empty_dir: Some(EmptyDirVolumeSource {
                 size_limit: w
                     .and_then(|w| w.empty_dir.as_ref())
-                    .and_then(|e| e.size_limit.clone()),
+                    .and_then(|e| e.size_limit.clone())
+                    .or_else(|| cfg.default_workspace_limit.clone()),
                 ..EmptyDirVolumeSource::default()
             }),
             ..Volume::default()
@@ -334,14 +343,17 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
         socket: RUNNER_SOCKET.to_owned(),
     };
     Container {
-        name: "sandbox".to_owned(),
+        name: SANDBOX_CONTAINER.to_owned(),
         image: Some(spec.image.clone()),
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(vec![SANDBOX_BIN.to_owned()]),
         args: Some(serve(session).args()),
         working_dir: Some(spec.workdir.clone()),
         env: Some(env),
-        resources: spec.resources.clone(),
+        resources: spec
+            .resources
+            .clone()
+            .or_else(|| cfg.default_resources.clone()),
         volume_mounts: Some(vec![
             mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
             mount(RUN_VOLUME, RUN_DIR, false),
@@ -359,6 +371,25 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
         }),
         security_context: Some(hardened()),
         ..Container::default()
+    }
+}
+
+/// The operator-level choices `pod` was built with: its runner image, and
+/// the defaults it got where the session set nothing. Rebuilding a session
+/// with these tells whether the session itself changed, so that a change of
+/// the operator's own settings does not replace every running pod.
+pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
+    let spec = pod.spec.as_ref();
+    let sandbox = spec.and_then(|s| s.containers.iter().find(|c| c.name == SANDBOX_CONTAINER));
+    let workspace = spec
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name == "workspace"))
+        .and_then(|v| v.empty_dir.as_ref());
+    PodConfig {
+        runner_image: runner_image(pod).map_or_else(|| cfg.runner_image.clone(), str::to_owned),
+        image_pull_policy: cfg.image_pull_policy.clone(),
+        default_resources: sandbox.and_then(|c| c.resources.clone()),
+        default_workspace_limit: workspace.and_then(|e| e.size_limit.clone()),
     }
 }
 

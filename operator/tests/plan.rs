@@ -59,6 +59,8 @@ fn cfg() -> PodConfig {
     PodConfig {
         runner_image: "localhost/agentplane/runner:dev".into(),
         image_pull_policy: "IfNotPresent".into(),
+        default_resources: None,
+        default_workspace_limit: None,
     }
 }
 
@@ -430,4 +432,48 @@ fn a_new_runner_image_does_not_replace_running_pods() {
     };
     let p = plan::plan(&changed, &observed, &res, &upgraded, now());
     assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+}
+
+#[test]
+fn defaults_bound_new_pods_and_changing_them_replaces_none() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let s = valid();
+    let bounded = PodConfig {
+        default_resources: Some(ResourceRequirements {
+            limits: Some([("memory".to_owned(), Quantity("1Gi".into()))].into()),
+            ..ResourceRequirements::default()
+        }),
+        default_workspace_limit: Some(Quantity("4Gi".into())),
+        ..cfg()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let PodAction::Create(pod) = plan::plan(&s, &Observed::default(), &res, &bounded, now()).pod
+    else {
+        panic!("expected a create");
+    };
+    let spec = pod.spec.as_ref().expect("spec");
+    let limits = spec.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref());
+    assert_eq!(limits.map(|l| &l["memory"]), Some(&Quantity("1Gi".into())));
+    let workspace = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "workspace")
+        .and_then(|v| v.empty_dir.as_ref())
+        .and_then(|e| e.size_limit.clone());
+    assert_eq!(workspace, Some(Quantity("4Gi".into())));
+
+    // A pod made before the defaults existed is not replaced for them.
+    let observed = Observed {
+        pod: Some(running(&s, true)),
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan::plan(&s, &observed, &res, &bounded, now()).pod,
+        PodAction::Keep
+    );
 }

@@ -27,6 +27,8 @@ fn cfg() -> PodConfig {
     PodConfig {
         runner_image: "localhost/agentplane/runner:dev".into(),
         image_pull_policy: "IfNotPresent".into(),
+        default_resources: None,
+        default_workspace_limit: None,
     }
 }
 
