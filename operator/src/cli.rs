@@ -12,6 +12,7 @@ use kube::{Api, Client};
 
 use crate::check;
 use crate::controller::{self, Context};
+use crate::egress::{Cidr, EgressPolicy};
 use crate::error::{Error, Result};
 use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
@@ -101,6 +102,36 @@ pub struct RunArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub defaults: DefaultsArgs,
+    #[command(flatten)]
+    pub egress: EgressArgs,
+}
+
+/// What sandboxes may reach: by default cluster DNS only.
+#[derive(Debug, Clone, Default, Args)]
+pub struct EgressArgs {
+    /// Do not manage a NetworkPolicy per session (for clusters that
+    /// restrict sandbox egress some other way).
+    #[arg(long = "no-sandbox-network-policy")]
+    pub disabled: bool,
+    /// A CIDR sandboxes may reach, e.g. 0.0.0.0/0 for the internet;
+    /// link-local and --cluster-cidr ranges are carved out of it; repeatable.
+    #[arg(long = "egress-allow-cidr", value_name = "CIDR")]
+    pub allowed: Vec<Cidr>,
+    /// The cluster's pod or service range, never reachable through an
+    /// allowed CIDR that contains it; repeatable.
+    #[arg(long = "cluster-cidr", value_name = "CIDR")]
+    pub cluster: Vec<Cidr>,
+}
+
+impl EgressArgs {
+    /// The egress policy these flags describe.
+    pub fn policy(&self) -> EgressPolicy {
+        EgressPolicy {
+            enabled: !self.disabled,
+            allowed: self.allowed.clone(),
+            cluster: self.cluster.clone(),
+        }
+    }
 }
 
 /// What a sandbox gets when its session does not say: bounds, so that no
@@ -379,6 +410,7 @@ async fn run(args: RunArgs) -> Result<()> {
                 image_pull_policy: args.image_pull_policy.clone(),
                 default_resources: args.defaults.resources(),
                 default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
+                egress: args.egress.policy(),
             },
             Duration::from_secs(args.mcp_timeout_seconds),
             args.policy.policy(),

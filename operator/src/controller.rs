@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crds::{AgentSession, AgentSessionSpec};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::Controller;
@@ -289,10 +290,16 @@ async fn observe(
     } else {
         None
     };
+    let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    let network_policy = nps
+        .get_metadata_opt(&pod::network_policy_name(&name))
+        .await?
+        .map(|m| m.metadata);
     Ok(Observed {
         pod,
         configmap,
         claim,
+        network_policy,
     })
 }
 
@@ -303,6 +310,13 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     if let Some(cm) = &plan.configmap {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         cms.patch(&cm.name_any(), &apply_params(), &Patch::Apply(cm))
+            .await?;
+    }
+    // The NetworkPolicy before the pod, so that the sandbox never runs a
+    // moment with open egress.
+    if let Some(np) = &plan.network_policy {
+        let nps: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+        nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
             .await?;
     }
     if let Some(claim) = &plan.claim {

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use crds::{AgentSession, AgentSessionStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::egress;
 use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
 use crate::resolution::Resolution;
 use crate::status;
@@ -37,6 +39,8 @@ pub struct Observed {
     pub configmap: Option<ObjectMeta>,
     /// The workspace claim's metadata, if one exists under its name.
     pub claim: Option<ObjectMeta>,
+    /// The NetworkPolicy's metadata, if one exists under its name.
+    pub network_policy: Option<ObjectMeta>,
 }
 
 /// Whether `meta` names `session` as its controlling owner, by UID: a name
@@ -59,6 +63,7 @@ fn foreign(session: &AgentSession, observed: &Observed) -> Option<String> {
         ("pod", observed.pod.as_ref().map(|p| &p.metadata)),
         ("ConfigMap", observed.configmap.as_ref()),
         ("PersistentVolumeClaim", observed.claim.as_ref()),
+        ("NetworkPolicy", observed.network_policy.as_ref()),
     ];
     found.into_iter().find_map(|(kind, meta)| {
         let meta = meta?;
@@ -119,6 +124,8 @@ pub struct Plan {
     pub configmap: Option<ConfigMap>,
     /// The workspace claim to create (only when it does not exist yet).
     pub claim: Option<PersistentVolumeClaim>,
+    /// The sandbox's NetworkPolicy, applied before the pod exists.
+    pub network_policy: Option<NetworkPolicy>,
     pub pod: PodAction,
     /// Events to publish once the pod action has been carried out.
     pub pod_events: Vec<Note>,
@@ -171,6 +178,7 @@ pub fn plan(
     let runs = resolution.runner.as_ref();
     let mut plan = Plan {
         configmap: runs.map(|r| pod::toolset_configmap(session, r)),
+        network_policy: runs.and_then(|_| egress::network_policy(session, &cfg.egress)),
         claim: runs
             .filter(|_| observed.claim.is_none())
             .and_then(|_| pod::workspace_claim(session)),
@@ -206,6 +214,7 @@ fn conflicted(
     let mut plan = Plan {
         configmap: None,
         claim: None,
+        network_policy: None,
         pod: PodAction::Keep,
         pod_events: Vec::new(),
         events: Vec::new(),

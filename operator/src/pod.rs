@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::egress::EgressPolicy;
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -56,6 +57,8 @@ pub struct PodConfig {
     pub default_resources: Option<ResourceRequirements>,
     /// The emptyDir workspace's size limit when the session sets none.
     pub default_workspace_limit: Option<Quantity>,
+    /// What sandboxes may reach over the network.
+    pub egress: EgressPolicy,
 }
 
 /// Deterministic names of a session's objects. Kubernetes names are at most
@@ -85,6 +88,21 @@ pub fn pod_name(session: &str) -> String {
 /// The resolved toolset ConfigMap's name.
 pub fn toolset_configmap_name(session: &str) -> String {
     object_name(session, "toolset")
+}
+
+/// The session's NetworkPolicy's name.
+pub fn network_policy_name(session: &str) -> String {
+    object_name(session, "egress")
+}
+
+/// The labels that select a session's sandbox pod.
+pub fn selector(session: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(SESSION_LABEL.to_owned(), label_value(session))])
+}
+
+/// Metadata of an object the session owns (labels, controller reference).
+pub fn owned_meta(session: &AgentSession, name: String) -> ObjectMeta {
+    meta(session, name)
 }
 
 /// The workspace claim's name.
@@ -390,6 +408,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         image_pull_policy: cfg.image_pull_policy.clone(),
         default_resources: sandbox.and_then(|c| c.resources.clone()),
         default_workspace_limit: workspace.and_then(|e| e.size_limit.clone()),
+        egress: cfg.egress.clone(),
     }
 }
 

@@ -61,6 +61,7 @@ fn cfg() -> PodConfig {
         image_pull_policy: "IfNotPresent".into(),
         default_resources: None,
         default_workspace_limit: None,
+        egress: operator::egress::EgressPolicy::default(),
     }
 }
 
@@ -476,4 +477,38 @@ fn defaults_bound_new_pods_and_changing_them_replaces_none() {
         plan::plan(&s, &observed, &res, &bounded, now()).pod,
         PodAction::Keep
     );
+}
+
+#[test]
+fn the_sandbox_network_policy_comes_with_the_pod_and_is_never_taken_over() {
+    let s = valid();
+    let fenced = PodConfig {
+        egress: operator::egress::EgressPolicy {
+            enabled: true,
+            ..Default::default()
+        },
+        ..cfg()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let p = plan::plan(&s, &Observed::default(), &res, &fenced, now());
+    let np = p
+        .network_policy
+        .expect("a NetworkPolicy for a runnable session");
+    assert_eq!(np.metadata.name.as_deref(), Some("demo-egress"));
+    assert!(
+        plan::plan(&s, &Observed::default(), &res, &cfg(), now())
+            .network_policy
+            .is_none(),
+        "off when the platform turned it off"
+    );
+    let observed = Observed {
+        network_policy: Some(ObjectMeta {
+            name: Some("demo-egress".into()),
+            ..ObjectMeta::default()
+        }),
+        ..Observed::default()
+    };
+    let p = plan::plan(&s, &observed, &res, &fenced, now());
+    assert!(p.network_policy.is_none() && p.pod == PodAction::Keep);
+    assert_eq!(ready_reason(&p), ("False", "NameConflict"));
 }

@@ -29,6 +29,7 @@ fn cfg() -> PodConfig {
         image_pull_policy: "IfNotPresent".into(),
         default_resources: None,
         default_workspace_limit: None,
+        egress: operator::egress::EgressPolicy::default(),
     }
 }
 

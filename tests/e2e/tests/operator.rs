@@ -297,6 +297,26 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
     let resolved: Value =
         serde_json::from_str(cm["data"]["toolset.json"].as_str().expect("data")).expect("json");
     assert_eq!(resolved["policies"]["write"], "always_ask");
+    // Its NetworkPolicy, owned by the session, admits no ingress and only
+    // cluster DNS out (no --egress-allow-cidr given). The test cluster's
+    // CNI does not enforce it; the object is what is checked here.
+    let np = k
+        .get(&["networkpolicy", "demo-egress", "-n", &ns.name])
+        .expect("the session's NetworkPolicy");
+    assert_eq!(np["metadata"]["ownerReferences"][0]["kind"], "AgentSession");
+    assert_eq!(
+        np["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    assert_eq!(
+        np["spec"]["egress"].as_array().map(Vec::len),
+        Some(1),
+        "{np}"
+    );
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"]["agentplane.dev/session"],
+        "demo"
+    );
 
     // The pod runs the runner in the session's image and becomes Ready.
     let obj = wait_for(
