@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use runner_api::{
     Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_SOCKET, SANDBOX_BIN,
     SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
@@ -263,7 +263,18 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
 
     let hash = spec_hash(&pod_spec);
     let mut metadata = meta(session, pod_name(name));
-    metadata.annotations = Some(BTreeMap::from([(SPEC_HASH_ANNOTATION.to_owned(), hash)]));
+    let built = BuiltWith {
+        runner_image: cfg.runner_image.clone(),
+        default_resources: cfg.default_resources.clone(),
+        default_workspace_limit: cfg.default_workspace_limit.clone(),
+    };
+    metadata.annotations = Some(BTreeMap::from([
+        (SPEC_HASH_ANNOTATION.to_owned(), hash),
+        (
+            BUILT_WITH_ANNOTATION.to_owned(),
+            serde_json::to_string(&built).unwrap_or_default(),
+        ),
+    ]));
     Pod {
         metadata,
         spec: Some(pod_spec),
@@ -396,21 +407,44 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
 /// the defaults it got where the session set nothing. Rebuilding a session
 /// with these tells whether the session itself changed, so that a change of
 /// the operator's own settings does not replace every running pod.
+///
+/// They are read from the pod's [`BUILT_WITH_ANNOTATION`], written when it
+/// was built, not from its spec: the API server fills in defaults (an empty
+/// `resources: {}`) that were never the operator's choice. A pod from
+/// before the annotation existed was built with no defaults and its own
+/// runner image.
 pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
-    let spec = pod.spec.as_ref();
-    let sandbox = spec.and_then(|s| s.containers.iter().find(|c| c.name == SANDBOX_CONTAINER));
-    let workspace = spec
-        .and_then(|s| s.volumes.as_ref())
-        .and_then(|v| v.iter().find(|v| v.name == "workspace"))
-        .and_then(|v| v.empty_dir.as_ref());
-    PodConfig {
+    let built: Option<BuiltWith> = pod
+        .annotations()
+        .get(BUILT_WITH_ANNOTATION)
+        .and_then(|a| serde_json::from_str(a).ok());
+    let built = built.unwrap_or_else(|| BuiltWith {
         runner_image: runner_image(pod).map_or_else(|| cfg.runner_image.clone(), str::to_owned),
+        default_resources: None,
+        default_workspace_limit: None,
+    });
+    PodConfig {
+        runner_image: built.runner_image,
         image_pull_policy: cfg.image_pull_policy.clone(),
-        default_resources: sandbox.and_then(|c| c.resources.clone()),
-        default_workspace_limit: workspace.and_then(|e| e.size_limit.clone()),
+        default_resources: built.default_resources,
+        default_workspace_limit: built.default_workspace_limit,
         egress: cfg.egress.clone(),
     }
 }
+
+/// The operator-level settings a pod was built with, kept on the pod.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BuiltWith {
+    runner_image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_workspace_limit: Option<Quantity>,
+}
+
+/// Annotation recording the operator-level settings a pod was built with.
+pub const BUILT_WITH_ANNOTATION: &str = "agentplane.dev/built-with";
 
 /// The runner image a sandbox pod was built with (its install container's).
 pub fn runner_image(pod: &Pod) -> Option<&str> {

@@ -512,3 +512,40 @@ fn the_sandbox_network_policy_comes_with_the_pod_and_is_never_taken_over() {
     assert!(p.network_policy.is_none() && p.pod == PodAction::Keep);
     assert_eq!(ready_reason(&p), ("False", "NameConflict"));
 }
+
+#[test]
+fn a_pod_as_the_api_server_returns_it_is_current() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    // The API server writes `resources: {}` into a container that had none;
+    // that is not a change of the session.
+    let s = valid();
+    let mut pod = running(&s, true);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers[0].resources = Some(ResourceRequirements::default());
+    }
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        pod: Some(pod.clone()),
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan::plan(&s, &observed, &res, &cfg(), now()).pod,
+        PodAction::Keep
+    );
+
+    // A pod from before the built-with annotation: built with no defaults.
+    let mut legacy = pod;
+    legacy
+        .metadata
+        .annotations
+        .as_mut()
+        .map(|a| a.remove(operator::pod::BUILT_WITH_ANNOTATION));
+    let observed = Observed {
+        pod: Some(legacy),
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan::plan(&s, &observed, &res, &cfg(), now()).pod,
+        PodAction::Keep
+    );
+}
