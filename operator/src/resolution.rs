@@ -127,17 +127,27 @@ pub fn resolve(spec: &AgentSessionSpec, entries: &Entries, listings: &Listings) 
         }
     }
     if out.tools.len() > validation::MAX_TOOLS {
-        out.conditions.push(invalid(
-            "TooManyTools",
-            format!(
-                "{} tools resolved (MCP servers included); at most {} are allowed",
-                out.tools.len(),
-                validation::MAX_TOOLS
-            ),
+        // The spec itself passed the count (the webhook checks built-in and
+        // custom tools), so the overflow is the MCP servers': their tools
+        // are withheld and the sandbox keeps running with the rest, rather
+        // than a server growing its list deleting the pod and its workspace.
+        let listed = out.tools.len();
+        let mcp_names: Vec<String> = out
+            .tools
+            .iter()
+            .filter(|t| t.source.starts_with("mcp:"))
+            .map(|t| t.name.clone())
+            .collect();
+        out.tools.retain(|t| !t.source.starts_with("mcp:"));
+        for name in &mcp_names {
+            out.policies.remove(name);
+        }
+        mcp.problems.push(format!(
+            "{listed} tools resolved with the MCP servers' ({} of them), over the limit of {}; the MCP tools are withheld until a server lists fewer",
+            mcp_names.len(),
+            validation::MAX_TOOLS
         ));
-        out.tools.clear();
-        out.policies.clear();
-        return out;
+        mcp.too_many = true;
     }
     out.conditions.push(CondSpec {
         type_: "ToolsetValid",
@@ -200,6 +210,8 @@ fn custom_status(name: &str, value: &serde_json::Value) -> ToolStatus {
 #[derive(Default)]
 struct McpOutcome {
     any: bool,
+    /// The servers listed more tools than a session may have.
+    too_many: bool,
     problems: Vec<String>,
     unknown_configs: Vec<String>,
 }
@@ -211,9 +223,14 @@ impl McpOutcome {
         }
         let (status, reason, message) = if !self.problems.is_empty() {
             out.retry_mcp = true;
+            let reason = if self.too_many {
+                "TooManyTools"
+            } else {
+                "ServerUnavailable"
+            };
             let mut all = self.problems;
             all.extend(self.unknown_configs.iter().cloned());
-            (false, "ServerUnavailable", all.join("; "))
+            (false, reason, all.join("; "))
         } else if !self.unknown_configs.is_empty() {
             (true, "UnknownConfigNames", self.unknown_configs.join("; "))
         } else {

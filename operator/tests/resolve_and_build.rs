@@ -327,3 +327,38 @@ fn status_follows_the_pod() {
         cond(&st, "Ready").last_transition_time
     );
 }
+
+#[test]
+fn an_mcp_server_listing_too_many_tools_does_not_stop_the_sandbox() {
+    let mut s = session(json!({"image": "x", "tools": [
+        {"type": "agent_toolset_20260401"},
+        {"type": "mcp_toolset", "mcp_server_name": "big"}
+    ]}));
+    s.spec.mcp_servers = vec![McpServer {
+        kind: "url".into(),
+        name: "big".into(),
+        url: "https://big/mcp".into(),
+    }];
+    let many: Vec<McpTool> = (0..129)
+        .map(|i| McpTool {
+            name: format!("t{i}"),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+        })
+        .collect();
+    let listings: Listings = [("big".to_owned(), Ok(many))].into();
+    let res = resolve(&s.spec, &operator::validation::entries(&s.spec), &listings);
+    assert!(res.runner.is_some(), "the sandbox keeps running");
+    assert_eq!(
+        res.tools.len(),
+        6,
+        "the built-in tools stay; the MCP ones are withheld"
+    );
+    assert!(res.policies.keys().all(|k| !k.starts_with("mcp__")));
+    let cond = |t: &str| res.conditions.iter().find(|c| c.type_ == t).cloned();
+    assert!(cond("ToolsetValid").is_some_and(|c| c.status));
+    let mcp = cond("McpResolved").expect("McpResolved");
+    assert!(!mcp.status && mcp.reason == "TooManyTools", "{mcp:?}");
+    assert!(mcp.message.contains("135 tools"), "{}", mcp.message);
+    assert!(res.retry_mcp);
+}
