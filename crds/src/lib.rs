@@ -61,7 +61,7 @@ pub struct AgentSessionSpec {
     /// the admission webhook validates it and names the JSON path of any
     /// error, and status shows the resolved result.
     #[serde(default)]
-    #[schemars(schema_with = "preserved_objects")]
+    #[schemars(schema_with = "tool_entries")]
     pub tools: Vec<serde_json::Value>,
 
     /// MCP servers the mcp_toolset entries draw from, by name. At most 20,
@@ -76,7 +76,9 @@ pub struct AgentSessionSpec {
     pub resources: Option<ResourceRequirements>,
 
     /// Environment of the sandbox container (and so of every bash call).
+    /// At most 128 variables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
     pub env: Vec<EnvVar>,
 
     /// RuntimeClass for stronger isolation (e.g. gVisor or Kata), passed
@@ -84,12 +86,14 @@ pub struct AgentSessionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
 
-    /// Node selector of the sandbox pod.
+    /// Node selector of the sandbox pod (at most 16 terms).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
     pub node_selector: BTreeMap<String, String>,
 
-    /// Tolerations of the sandbox pod.
+    /// Tolerations of the sandbox pod (at most 16).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub tolerations: Vec<Toleration>,
 
     /// Storage behind the workdir: an emptyDir by default (gone with the
@@ -250,6 +254,17 @@ pub struct AgentSessionStatus {
 }
 
 /// A list whose items keep every field the client wrote.
+/// `spec.tools`: entries kept as written (the webhook validates them), at
+/// most 256 so that the API server bounds the list before any validation
+/// runs (one agent toolset, 20 MCP toolsets and 128 tools fit many times).
+fn tool_entries(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": 256,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
 fn preserved_objects(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
