@@ -12,6 +12,7 @@ use kube::{Api, Client};
 
 use crate::check;
 use crate::controller::{self, Context};
+use crate::destinations::Destinations;
 use crate::egress::{Cidr, EgressPolicy};
 use crate::error::{Error, Result};
 use crate::health::{self, Readiness};
@@ -92,6 +93,10 @@ pub struct RunArgs {
     /// Serve only the webhook; do not reconcile.
     #[arg(long)]
     pub webhook_only: bool,
+    /// A non-public range MCP servers may be reached in (e.g. an in-cluster
+    /// MCP Service's range); public addresses always may; repeatable.
+    #[arg(long = "mcp-allow-cidr", value_name = "CIDR")]
+    pub mcp_allow_cidrs: Vec<Cidr>,
     /// Seconds one MCP request may take.
     #[arg(long, default_value_t = 10)]
     pub mcp_timeout_seconds: u64,
@@ -414,6 +419,9 @@ async fn run(args: RunArgs) -> Result<()> {
             },
             Duration::from_secs(args.mcp_timeout_seconds),
             args.policy.policy(),
+            Destinations {
+                allowed: args.mcp_allow_cidrs.clone(),
+            },
         ));
         let lease = args.leader_elect.then(|| {
             let identity = std::env::var("POD_NAME")

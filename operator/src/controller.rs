@@ -27,6 +27,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span, Status, Tracer};
 
+use crate::destinations::Destinations;
 use crate::error::{Error, Result};
 use crate::mcp::McpClient;
 use crate::plan::{self, Note, Observed, Plan, PodAction};
@@ -103,6 +104,8 @@ pub struct Context {
     pub mcp_timeout: Duration,
     /// What the platform lets sessions ask for.
     pub policy: SessionPolicy,
+    /// Where MCP listings may connect.
+    pub mcp_destinations: Arc<Destinations>,
     /// One recorder for every event, so repeated events are aggregated into
     /// series instead of each creating an object.
     recorder: Recorder,
@@ -125,6 +128,7 @@ impl Context {
         pods: PodConfig,
         mcp_timeout: Duration,
         policy: SessionPolicy,
+        mcp_destinations: Destinations,
     ) -> Self {
         let reporter = Reporter {
             controller: MANAGER.into(),
@@ -136,6 +140,7 @@ impl Context {
             pods,
             mcp_timeout,
             policy,
+            mcp_destinations: Arc::new(mcp_destinations),
             metrics: Metrics::new(),
             backoff: Backoff::default(),
         }
@@ -172,10 +177,10 @@ fn key(session: &AgentSession) -> String {
 }
 
 /// Lists every MCP server the session's toolsets use.
-async fn list_servers(spec: &AgentSessionSpec, entries: &Entries, timeout: Duration) -> Listings {
+async fn list_servers(ctx: &Context, spec: &AgentSessionSpec, entries: &Entries) -> Listings {
     let mut out = Listings::new();
     for (server, url) in resolution::servers_to_list(spec, entries) {
-        let listed = match McpClient::new(&server, &url, timeout) {
+        let listed = match McpClient::new(&server, &url, ctx.mcp_timeout, &ctx.mcp_destinations) {
             Ok(client) => client.list_tools().await,
             Err(e) => Err(e),
         };
@@ -230,7 +235,7 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
     // admitted) and runs no pod.
     let denied = policy::check(&session.spec, &ctx.policy);
     let listings = if denied.is_empty() && validation::check(&session.spec, &entries).is_valid() {
-        list_servers(&session.spec, &entries, ctx.mcp_timeout).await
+        list_servers(ctx, &session.spec, &entries).await
     } else {
         Listings::new()
     };

@@ -98,6 +98,16 @@ impl Cidr {
         }
     }
 
+    /// Whether `ip` lies within this range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        if self.addr.is_ipv4() != ip.is_ipv4() {
+            return false;
+        }
+        let (a, _) = Self::bits(self.addr);
+        let (b, _) = Self::bits(ip);
+        a & self.mask() == b & self.mask()
+    }
+
     /// Whether `inner` lies within this range and is strictly smaller (a
     /// NetworkPolicy `except` must be).
     pub fn strictly_contains(&self, inner: &Cidr) -> bool {

@@ -11,6 +11,7 @@ pub mod admission;
 pub mod check;
 pub mod cli;
 pub mod controller;
+pub mod destinations;
 pub mod egress;
 pub mod error;
 pub mod health;

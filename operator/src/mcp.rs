@@ -5,11 +5,14 @@
 //! needs one read-only question answered; every response may come back as
 //! plain JSON or as a server-sent-event stream, and both are handled.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolset::McpTool;
 
+use crate::destinations::{Destinations, GuardedResolver};
 use crate::error::{Error, Result};
 
 /// The protocol revision this client speaks.
@@ -33,8 +36,30 @@ pub struct McpClient {
 }
 
 impl McpClient {
-    /// A client for `server` at `url`, each request bounded by `timeout`.
-    pub fn new(server: &str, url: &str, timeout: Duration) -> Result<Self> {
+    /// A client for `server` at `url`, each request bounded by `timeout`,
+    /// connecting only to addresses `destinations` permits.
+    pub fn new(
+        server: &str,
+        url: &str,
+        timeout: Duration,
+        destinations: &Arc<Destinations>,
+    ) -> Result<Self> {
+        let fail = |message: String| Error::Mcp {
+            server: server.to_owned(),
+            url: url.to_owned(),
+            message,
+        };
+        // A literal address never goes through the resolver: check it here.
+        let parsed = reqwest::Url::parse(url).map_err(|e| fail(format!("not a URL: {e}")))?;
+        let literal = parsed
+            .host_str()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|h| h.parse::<IpAddr>().ok());
+        if let Some(ip) = literal
+            && !destinations.permits(ip)
+        {
+            return Err(fail(format!("refused: {}", Destinations::refusal(ip))));
+        }
         // Redirects are not followed: a 307/308 would replay the POST to a
         // destination the session's author chose after admission, from the
         // operator's network position.
@@ -42,6 +67,9 @@ impl McpClient {
             .timeout(timeout)
             .connect_timeout(CONNECT_TIMEOUT.min(timeout))
             .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver {
+                destinations: Arc::clone(destinations),
+            }))
             .build()
             .map_err(|e| Error::Mcp {
                 server: server.to_owned(),
@@ -279,13 +307,26 @@ async fn read_capped(
     Ok(out)
 }
 
+/// A short, fixed description of a transport failure for status: whether
+/// it timed out, could not connect, or was refused by the destination
+/// guard. The detail (addresses, OS errors) goes to the operator's log only,
+/// so status is not a port-scanning oracle.
 fn describe(e: &reqwest::Error) -> String {
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if text.contains("is not a public address") {
+            return format!("refused: {text}");
+        }
+        source = s.source();
+    }
+    tracing::debug!(error = ?e, "MCP request failed");
     if e.is_timeout() {
         "timed out".to_owned()
     } else if e.is_connect() {
-        format!("cannot connect: {e}")
+        "cannot connect".to_owned()
     } else {
-        e.to_string()
+        "the request failed".to_owned()
     }
 }
 

@@ -4,7 +4,18 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use operator::destinations::Destinations;
 use operator::mcp::McpClient;
+
+/// The test servers listen on loopback, which the operator reaches only
+/// when allowed (as the e2e operator is, with --mcp-allow-cidr).
+fn loopback() -> Arc<Destinations> {
+    Arc::new(Destinations {
+        allowed: vec!["127.0.0.0/8".parse().expect("cidr")],
+    })
+}
 
 /// The interpreter with the `mcp` package; `scripts/test-all.sh` makes it.
 fn python() -> String {
@@ -55,7 +66,8 @@ fn start_server() -> (Server, String) {
 #[tokio::test]
 async fn lists_the_tools_a_real_server_reports() {
     let (_server, url) = start_server();
-    let client = McpClient::new("docs", &url, Duration::from_secs(10)).expect("client");
+    let client =
+        McpClient::new("docs", &url, Duration::from_secs(10), &loopback()).expect("client");
     let tools = client.list_tools().await.expect("listed");
     let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["search", "fetch_page", "delete_page"]);
@@ -76,7 +88,7 @@ async fn an_unreachable_server_is_an_error_naming_it() {
         .expect("port")
         .port();
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let client = McpClient::new("gone", &url, Duration::from_secs(2)).expect("client");
+    let client = McpClient::new("gone", &url, Duration::from_secs(2), &loopback()).expect("client");
     let err = client.list_tools().await.expect_err("nothing listens");
     let text = err.to_string();
     assert!(
@@ -132,7 +144,8 @@ async fn a_redirect_is_not_followed() {
         format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\n").into_boxed_str(),
     );
     let (url, _) = hostile(head, 0, b' ').await;
-    let client = McpClient::new("redir", &url, Duration::from_secs(5)).expect("client");
+    let client =
+        McpClient::new("redir", &url, Duration::from_secs(5), &loopback()).expect("client");
     let err = client
         .list_tools()
         .await
@@ -158,7 +171,8 @@ async fn a_huge_answer_is_refused_without_reading_it() {
         b' ',
     )
     .await;
-    let client = McpClient::new("huge", &url, Duration::from_secs(20)).expect("client");
+    let client =
+        McpClient::new("huge", &url, Duration::from_secs(20), &loopback()).expect("client");
     let err = client.list_tools().await.expect_err("too large");
     let text = err.to_string();
     assert!(
@@ -178,8 +192,41 @@ async fn an_error_body_is_not_copied_into_the_message() {
         b'S',
     )
     .await;
-    let client = McpClient::new("leaky", &url, Duration::from_secs(5)).expect("client");
+    let client =
+        McpClient::new("leaky", &url, Duration::from_secs(5), &loopback()).expect("client");
     let text = client.list_tools().await.expect_err("500").to_string();
     assert!(text.contains("HTTP 500"), "{text}");
     assert!(!text.contains("SSSS"), "the upstream body leaked: {text}");
+}
+
+#[tokio::test]
+async fn non_public_destinations_are_refused_unless_allowed() {
+    let (_server, url) = start_server();
+    let closed = Arc::new(Destinations::default());
+    // A literal address is refused before any connection.
+    let err = McpClient::new("docs", &url, Duration::from_secs(5), &closed)
+        .expect_err("loopback literal")
+        .to_string();
+    assert!(err.contains("127.0.0.1 is not a public address"), "{err}");
+    let meta = "http://169.254.169.254/latest/meta-data";
+    let err = McpClient::new("meta", meta, Duration::from_secs(5), &loopback())
+        .expect_err("metadata literal")
+        .to_string();
+    assert!(
+        err.contains("169.254.169.254 is not a public address"),
+        "{err}"
+    );
+    // A name that resolves to loopback is refused at resolution.
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let client = McpClient::new("docs", &by_name, Duration::from_secs(5), &closed).expect("client");
+    let err = client
+        .list_tools()
+        .await
+        .expect_err("localhost")
+        .to_string();
+    assert!(err.contains("is not a public address"), "{err}");
+    // Allowed, the same name works.
+    let client =
+        McpClient::new("docs", &by_name, Duration::from_secs(10), &loopback()).expect("client");
+    assert!(!client.list_tools().await.expect("listed").is_empty());
 }

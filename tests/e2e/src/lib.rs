@@ -286,6 +286,8 @@ impl Operator {
             .expect("log file");
         let child = Command::new(&bin)
             .arg("run")
+            // The tests' MCP servers listen on loopback.
+            .arg("--mcp-allow-cidr=127.0.0.0/8")
             .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}")])
             .args(["--health-addr", &format!("127.0.0.1:{health_port}")])
             .arg("--tls-cert")

@@ -398,7 +398,7 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
     let mcp_port = free_port();
     let _mcp = start_mcp(mcp_port);
     let mcp_session = format!(
-        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: mcp\nspec:\n  image: {}\n  mcpServers:\n    - {{type: url, name: docs, url: \"http://127.0.0.1:{mcp_port}/mcp\"}}\n    - {{type: url, name: gone, url: \"http://127.0.0.1:{}/mcp\"}}\n  tools:\n    - type: agent_toolset_20260401\n      default_config: {{enabled: false}}\n    - type: mcp_toolset\n      mcp_server_name: docs\n      configs:\n        - {{name: search, permission_policy: {{type: always_allow}}}}\n        - {{name: serch}}\n    - type: mcp_toolset\n      mcp_server_name: gone\n",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: mcp\nspec:\n  image: {}\n  mcpServers:\n    - {{type: url, name: docs, url: \"http://127.0.0.1:{mcp_port}/mcp\"}}\n    - {{type: url, name: gone, url: \"http://127.0.0.1:{}/mcp\"}}\n    - {{type: url, name: meta, url: \"http://169.254.169.254/mcp\"}}\n  tools:\n    - type: agent_toolset_20260401\n      default_config: {{enabled: false}}\n    - type: mcp_toolset\n      mcp_server_name: docs\n      configs:\n        - {{name: search, permission_policy: {{type: always_allow}}}}\n        - {{name: serch}}\n    - type: mcp_toolset\n      mcp_server_name: gone\n    - type: mcp_toolset\n      mcp_server_name: meta\n",
         sandbox_image(),
         free_port()
     );
@@ -426,6 +426,12 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
     );
     assert!(
         message.contains("gone:") && message.contains("cannot connect"),
+        "{message}"
+    );
+    // The cloud metadata address is refused before any connection: the
+    // operator reaches non-public addresses only when the platform allows.
+    assert!(
+        message.contains("meta: refused: 169.254.169.254 is not a public address"),
         "{message}"
     );
     assert!(
