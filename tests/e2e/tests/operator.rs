@@ -431,7 +431,9 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
     // The cloud metadata address is refused before any connection: the
     // operator reaches non-public addresses only when the platform allows.
     assert!(
-        message.contains("meta: refused: 169.254.169.254 is not a public address"),
+        message.contains(
+            "meta: http://169.254.169.254/mcp: refused: 169.254.169.254 is not a public address"
+        ),
         "{message}"
     );
     assert!(
