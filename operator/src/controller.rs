@@ -234,12 +234,13 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
     // an invalid or denied spec reaches no server (its URLs were never
     // admitted) and runs no pod.
     let denied = policy::check(&session.spec, &ctx.policy);
-    let listings = if denied.is_empty() && validation::check(&session.spec, &entries).is_valid() {
+    let findings = validation::check(&session.spec, &entries);
+    let listings = if denied.is_empty() && findings.is_valid() {
         list_servers(ctx, &session.spec, &entries).await
     } else {
         Listings::new()
     };
-    let mut res = resolution::resolve(&session.spec, &entries, &listings);
+    let mut res = resolution::resolve_checked(&session.spec, &entries, findings, &listings);
     resolution::apply_policy(&mut res, &denied);
     let observed = observe(ctx, &ns, session, &res).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());

@@ -32,6 +32,13 @@ const NON_PUBLIC: [&str; 13] = [
     "ff00::/8",
 ];
 
+/// [`NON_PUBLIC`], parsed once rather than on every resolution.
+fn non_public() -> &'static [Cidr] {
+    static PARSED: std::sync::LazyLock<Vec<Cidr>> =
+        std::sync::LazyLock::new(|| NON_PUBLIC.iter().filter_map(|c| c.parse().ok()).collect());
+    &PARSED
+}
+
 /// The destinations the operator may reach for MCP listings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Destinations {
@@ -47,10 +54,7 @@ impl Destinations {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        let public = !NON_PUBLIC
-            .iter()
-            .filter_map(|c| c.parse::<Cidr>().ok())
-            .any(|c| c.contains(ip));
+        let public = !non_public().iter().any(|c| c.contains(ip));
         public || self.allowed.iter().any(|c| c.contains(ip))
     }
 

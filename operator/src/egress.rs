@@ -111,12 +111,7 @@ impl Cidr {
     /// Whether `inner` lies within this range and is strictly smaller (a
     /// NetworkPolicy `except` must be).
     pub fn strictly_contains(&self, inner: &Cidr) -> bool {
-        if self.addr.is_ipv4() != inner.addr.is_ipv4() || inner.prefix <= self.prefix {
-            return false;
-        }
-        let (a, _) = Self::bits(self.addr);
-        let (b, _) = Self::bits(inner.addr);
-        a & self.mask() == b & self.mask()
+        inner.prefix > self.prefix && self.contains(inner.addr)
     }
 }
 

@@ -87,6 +87,17 @@ fn invalid(reason: &str, message: String) -> CondSpec {
 /// Resolves a spec against the listings of its MCP servers; `entries` is
 /// the spec's `tools[]` as [`validation::entries`] parsed it.
 pub fn resolve(spec: &AgentSessionSpec, entries: &Entries, listings: &Listings) -> Resolution {
+    resolve_checked(spec, entries, validation::check(spec, entries), listings)
+}
+
+/// [`resolve`] for a caller that already ran [`validation::check`] on the
+/// same spec (the controller does, to decide whether to list servers).
+pub fn resolve_checked(
+    spec: &AgentSessionSpec,
+    entries: &Entries,
+    findings: validation::Findings,
+    listings: &Listings,
+) -> Resolution {
     let mut out = Resolution {
         toolsets: materialized(spec, entries),
         tools: Vec::new(),
@@ -96,7 +107,6 @@ pub fn resolve(spec: &AgentSessionSpec, entries: &Entries, listings: &Listings) 
         warnings: Vec::new(),
         retry_mcp: false,
     };
-    let findings = validation::check(spec, entries);
     out.warnings.extend(findings.warnings.iter().cloned());
     if !findings.is_valid() {
         out.conditions
