@@ -159,6 +159,11 @@ pub struct DefaultsArgs {
     /// Size limit of an emptyDir workspace whose session sets none.
     #[arg(long = "default-workspace-size", value_name = "QUANTITY", value_parser = parse_quantity)]
     pub workspace_size: Option<String>,
+    /// Mount every sandbox's root filesystem read-only; the workspace,
+    /// /tmp and the runner's directories stay writable. Affects pods made
+    /// afterwards, not running ones.
+    #[arg(long = "sandbox-read-only-root")]
+    pub read_only_root: bool,
 }
 
 /// A Kubernetes quantity as flags take it (`500m`, `2`, `1Gi`, `1.5G`),
@@ -416,6 +421,7 @@ async fn run(args: RunArgs) -> Result<()> {
                 default_resources: args.defaults.resources(),
                 default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
                 egress: args.egress.policy(),
+                read_only_root: args.defaults.read_only_root,
             },
             Duration::from_secs(args.mcp_timeout_seconds),
             args.policy.policy(),

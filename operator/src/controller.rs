@@ -17,7 +17,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{ApiResource, DynamicObject};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::DeserializeGuard;
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -34,6 +36,7 @@ use crate::plan::{self, Note, Observed, Plan, PodAction};
 use crate::pod::{self, PodConfig};
 use crate::policy::{self, SessionPolicy};
 use crate::resolution::{self, Listings, Resolution};
+use crate::unreadable;
 use crate::validation;
 use toolset::Entries;
 
@@ -168,11 +171,15 @@ impl Context {
     }
 }
 
-fn key(session: &AgentSession) -> String {
+/// A watched session: decoded, or the error of one that cannot be (see
+/// [`unreadable`]).
+pub type Watched = DeserializeGuard<AgentSession>;
+
+fn key(session: &impl Resource) -> String {
     format!(
         "{}/{}",
-        session.namespace().unwrap_or_default(),
-        session.name_any()
+        session.meta().namespace.as_deref().unwrap_or_default(),
+        session.meta().name.as_deref().unwrap_or_default()
     )
 }
 
@@ -194,7 +201,11 @@ async fn list_servers(ctx: &Context, spec: &AgentSessionSpec, entries: &Entries)
 }
 
 /// Reconciles one session.
-pub async fn reconcile(session: Arc<AgentSession>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(watched: Arc<Watched>, ctx: Arc<Context>) -> Result<Action> {
+    let session = match &watched.0 {
+        Ok(session) => session,
+        Err(invalid) => return unreadable_session(&ctx, &invalid.metadata, &invalid.error).await,
+    };
     let tracer = opentelemetry::global::tracer("agentplane-operator");
     let mut span = tracer.start("reconcile AgentSession");
     span.set_attribute(KeyValue::new(
@@ -203,14 +214,14 @@ pub async fn reconcile(session: Arc<AgentSession>, ctx: Arc<Context>) -> Result<
     ));
     span.set_attribute(KeyValue::new("agentplane.session", session.name_any()));
     let started = Instant::now();
-    let result = reconcile_inner(&session, &ctx).await;
+    let result = reconcile_inner(session, &ctx).await;
     let outcome = if result.is_ok() { "ok" } else { "error" };
     ctx.metrics.duration.record(
         started.elapsed().as_secs_f64(),
         &[KeyValue::new("outcome", outcome)],
     );
     match &result {
-        Ok(_) => ctx.backoff.succeeded(&key(&session)),
+        Ok(_) => ctx.backoff.succeeded(&key(session)),
         Err(e) => {
             ctx.metrics.errors.add(1, &[]);
             span.set_status(Status::error(e.to_string()));
@@ -264,6 +275,70 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         .await?;
     applied?;
     Ok(Action::requeue(plan.requeue))
+}
+
+/// A session the typed decode refused: its status names the JSON path
+/// (read again as raw JSON to find it), a Warning event is published once
+/// per distinct problem, and nothing else is touched. It is looked at again
+/// when it changes.
+async fn unreadable_session(
+    ctx: &Context,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    decode_error: &str,
+) -> Result<Action> {
+    let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
+        return Ok(Action::await_change());
+    };
+    let resource = ApiResource::erase::<AgentSession>(&());
+    let raw: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
+    let problem = match raw.get_opt(name).await? {
+        None => return Ok(Action::await_change()),
+        Some(obj) => serde_json::to_value(&obj)
+            .ok()
+            .and_then(|v| unreadable::locate(&v))
+            .unwrap_or_else(|| decode_error.to_owned()),
+    };
+    tracing::warn!(session = %format!("{ns}/{name}"), %problem, "session cannot be decoded");
+    let body = unreadable::status_body(&problem, meta.generation, Timestamp::now());
+    let already = raw
+        .get_status(name)
+        .await
+        .ok()
+        .and_then(|o| o.data.get("status").cloned())
+        .and_then(|st| st.get("conditions").cloned())
+        .is_some_and(|cs| {
+            cs.as_array().into_iter().flatten().any(|c| {
+                c["type"] == "Ready"
+                    && c["reason"] == unreadable::REASON
+                    && c["message"] == body["status"]["conditions"][0]["message"]
+            })
+        });
+    if already {
+        return Ok(Action::await_change());
+    }
+    let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), ns);
+    sessions
+        .patch_status(name, &apply_params(), &Patch::Apply(&body))
+        .await?;
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(format!("{}/{}", crds::GROUP, crds::VERSION)),
+        kind: Some("AgentSession".into()),
+        name: Some(name.to_owned()),
+        namespace: Some(ns.to_owned()),
+        uid: meta.uid.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: unreadable::REASON.into(),
+        note: Some(format!("the stored session cannot be read: {problem}")),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!(error = %e, "cannot publish event");
+    }
+    Ok(Action::await_change())
 }
 
 fn apply_params() -> PatchParams {
@@ -368,9 +443,9 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
 
 /// Backs off exponentially per session: 2 s, 4 s, ... up to 5 minutes.
 /// Each failure is counted here and only here.
-pub fn error_policy(session: Arc<AgentSession>, error: &Error, ctx: Arc<Context>) -> Action {
-    let wait = ctx.backoff.failed(&key(&session));
-    tracing::warn!(session = %key(&session), %error, retry_in_s = wait.as_secs(), "reconcile failed");
+pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
+    let wait = ctx.backoff.failed(&key(session.as_ref()));
+    tracing::warn!(session = %key(session.as_ref()), %error, retry_in_s = wait.as_secs(), "reconcile failed");
     Action::requeue(wait)
 }
 
@@ -389,7 +464,9 @@ pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let sessions: Api<AgentSession> = Api::all(ctx.client.clone());
+    // Through the guard, one object that cannot be decoded is reported on
+    // its own status instead of failing the list and stalling every session.
+    let sessions: Api<Watched> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let (reader, writer) = reflector::store();
     let changed = watcher(sessions, watcher::Config::default())

@@ -24,6 +24,7 @@ pub mod policy;
 pub mod resolution;
 pub mod status;
 pub mod tls;
+pub mod unreadable;
 pub mod validation;
 pub mod webhook;
 

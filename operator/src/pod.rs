@@ -59,6 +59,9 @@ pub struct PodConfig {
     pub default_workspace_limit: Option<Quantity>,
     /// What sandboxes may reach over the network.
     pub egress: EgressPolicy,
+    /// Mount the sandbox's root filesystem read-only (the workspace, `/tmp`
+    /// and the runner's own directories stay writable volumes).
+    pub read_only_root: bool,
 }
 
 /// Deterministic names of a session's objects. Kubernetes names are at most
@@ -178,8 +181,9 @@ pub fn workspace_claim(session: &AgentSession) -> Option<PersistentVolumeClaim> 
     })
 }
 
-fn hardened() -> SecurityContext {
+fn hardened(read_only_root: bool) -> SecurityContext {
     SecurityContext {
+        read_only_root_filesystem: read_only_root.then_some(true),
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
             drop: Some(vec!["ALL".to_owned()]),
@@ -267,6 +271,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
         runner_image: cfg.runner_image.clone(),
         default_resources: cfg.default_resources.clone(),
         default_workspace_limit: cfg.default_workspace_limit.clone(),
+        read_only_root: cfg.read_only_root,
     };
     metadata.annotations = Some(BTreeMap::from([
         (SPEC_HASH_ANNOTATION.to_owned(), hash),
@@ -325,7 +330,7 @@ fn install_container(cfg: &PodConfig) -> Container {
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(install.command(IMAGE_BIN)),
         volume_mounts: Some(vec![mount(BIN_VOLUME, SANDBOX_BIN_DIR, false)]),
-        security_context: Some(hardened()),
+        security_context: Some(hardened(cfg.read_only_root)),
         ..Container::default()
     }
 }
@@ -398,7 +403,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
             timeout_seconds: Some(3),
             ..Probe::default()
         }),
-        security_context: Some(hardened()),
+        security_context: Some(hardened(cfg.read_only_root)),
         ..Container::default()
     }
 }
@@ -422,6 +427,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         runner_image: runner_image(pod).map_or_else(|| cfg.runner_image.clone(), str::to_owned),
         default_resources: None,
         default_workspace_limit: None,
+        read_only_root: false,
     });
     PodConfig {
         runner_image: built.runner_image,
@@ -429,6 +435,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         default_resources: built.default_resources,
         default_workspace_limit: built.default_workspace_limit,
         egress: cfg.egress.clone(),
+        read_only_root: built.read_only_root,
     }
 }
 
@@ -441,6 +448,8 @@ struct BuiltWith {
     default_resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     default_workspace_limit: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    read_only_root: bool,
 }
 
 /// Annotation recording the operator-level settings a pod was built with.

@@ -132,6 +132,34 @@ pub fn conditions(
         .collect()
 }
 
+/// `Degraded`, for a session whose sandbox runs: True when part of what
+/// the spec declared could not be resolved (an MCP server did not list,
+/// listed too many tools) and the sandbox runs without it. A resolution
+/// failure never stops a running sandbox or its workspace; this condition
+/// is how it is seen instead.
+pub fn degraded(resolution: &Resolution) -> Option<CondSpec> {
+    resolution.runner.as_ref()?;
+    let missing = resolution
+        .conditions
+        .iter()
+        .find(|c| !c.status && c.type_ == "McpResolved");
+    Some(match missing {
+        Some(c) => CondSpec {
+            type_: "Degraded",
+            status: true,
+            reason: c.reason.clone(),
+            message: "the sandbox runs without the MCP tools that did not resolve; see McpResolved"
+                .into(),
+        },
+        None => CondSpec {
+            type_: "Degraded",
+            status: false,
+            reason: "Complete".into(),
+            message: "every declared tool is available".into(),
+        },
+    })
+}
+
 /// The full status for one reconcile.
 pub fn build_status(
     resolution: &Resolution,
@@ -144,6 +172,9 @@ pub fn build_status(
     let (phase, ready) = pod_view(resolution, pod);
     let mut specs = vec![ready];
     specs.extend(resolution.conditions.iter().cloned());
+    if let Some(degraded) = degraded(resolution) {
+        specs.push(degraded);
+    }
     let prev = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();

@@ -7,7 +7,7 @@
 //! MCP servers with unique names, every server used and every toolset's
 //! server declared.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crds::AgentSessionSpec;
@@ -203,12 +203,13 @@ fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Fi
             ),
         });
     }
+    // Names to first index and the names referenced: lookups by hash, so a
+    // spec of many servers and entries is checked in linear time.
+    let mut declared: HashMap<&str, usize> = HashMap::new();
+    let referenced: HashSet<&str> = used.iter().map(|(_, s)| s.as_str()).collect();
     for (i, server) in spec.mcp_servers.iter().enumerate() {
         let at = format!("spec.mcpServers[{i}]");
-        if let Some(first) = spec.mcp_servers[..i]
-            .iter()
-            .position(|s| s.name == server.name)
-        {
+        if let Some(&first) = declared.get(server.name.as_str()) {
             out.errors.push(Finding {
                 path: format!("{at}.name"),
                 message: format!(
@@ -234,7 +235,8 @@ fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Fi
                 server.url
             ));
         }
-        if !used.iter().any(|(_, s)| *s == server.name) {
+        declared.entry(server.name.as_str()).or_insert(i);
+        if !referenced.contains(server.name.as_str()) {
             out.errors.push(Finding {
                 path: format!("{at}.name"),
                 message: format!(
@@ -245,7 +247,7 @@ fn check_servers(spec: &AgentSessionSpec, used: &[(usize, String)], out: &mut Fi
         }
     }
     for (i, name) in used {
-        if !spec.mcp_servers.iter().any(|s| s.name == *name) {
+        if !declared.contains_key(name.as_str()) {
             out.errors.push(Finding {
                 path: format!("spec.tools[{i}].mcp_server_name"),
                 message: format!("server {name:?} is not declared in spec.mcpServers"),

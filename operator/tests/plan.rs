@@ -62,6 +62,7 @@ fn cfg() -> PodConfig {
         default_resources: None,
         default_workspace_limit: None,
         egress: operator::egress::EgressPolicy::default(),
+        read_only_root: false,
     }
 }
 
@@ -547,5 +548,106 @@ fn a_pod_as_the_api_server_returns_it_is_current() {
     assert_eq!(
         plan::plan(&s, &observed, &res, &cfg(), now()).pod,
         PodAction::Keep
+    );
+}
+
+/// What a failed or overflowing MCP resolution does to a running sandbox:
+/// nothing. The pod (and its workspace) is kept, and `Degraded` says what
+/// is missing until the server lists again.
+#[test]
+fn a_resolution_failure_degrades_the_session_and_keeps_its_pod() {
+    let m = with_mcp();
+    let pod = running(&m, true);
+    let tool = |i: usize| toolset::McpTool {
+        name: format!("t{i}"),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+    };
+    let listings = |listed: Result<Vec<toolset::McpTool>, String>| -> Listings {
+        [("gh".to_owned(), listed)].into()
+    };
+    let cases = [
+        (
+            "server down",
+            listings(Err("unreachable".into())),
+            Some("ServerUnavailable"),
+        ),
+        (
+            "129 tools",
+            listings(Ok((0..129).map(tool).collect())),
+            Some("TooManyTools"),
+        ),
+        ("listed", listings(Ok(vec![tool(1)])), None),
+    ];
+    for (what, listed, degraded) in cases {
+        let p = plan_for(&m, Some(pod.clone()), &listed);
+        assert_eq!(p.pod, PodAction::Keep, "{what}: the running pod is kept");
+        assert!(
+            p.configmap.is_some(),
+            "{what}: the runner's toolset is still applied"
+        );
+        let c = p
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .unwrap_or_else(|| panic!("{what}: a Degraded condition"));
+        match degraded {
+            Some(reason) => {
+                assert_eq!(
+                    (c.status.as_str(), c.reason.as_str()),
+                    ("True", reason),
+                    "{what}"
+                );
+                assert_eq!(
+                    p.status.phase,
+                    Some(SessionPhase::Ready),
+                    "{what}: still serving"
+                );
+            }
+            None => assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "Complete"),
+                "{what}"
+            ),
+        }
+    }
+    // A session whose spec is invalid runs nothing, so it is not "degraded".
+    let p = plan_for(&invalid(), None, &Listings::new());
+    assert!(p.status.conditions.iter().all(|c| c.type_ != "Degraded"));
+}
+
+/// The platform's read-only root: new pods get it on their sandbox and
+/// install containers; running pods are not replaced for it.
+#[test]
+fn a_read_only_root_reaches_new_pods_only() {
+    let s = valid();
+    let ro = PodConfig {
+        read_only_root: true,
+        ..cfg()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let fresh = plan::plan(&s, &Observed::default(), &res, &ro, now());
+    let PodAction::Create(pod) = fresh.pod else {
+        panic!("expected a create");
+    };
+    let spec = pod.spec.as_ref().expect("spec");
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.as_ref().expect("security context");
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+    }
+    let observed = Observed {
+        pod: Some(running(&s, true)),
+        ..Observed::default()
+    };
+    let p = plan::plan(&s, &observed, &res, &ro, now());
+    assert_eq!(
+        p.pod,
+        PodAction::Keep,
+        "turning it on replaced a running pod"
     );
 }

@@ -30,6 +30,7 @@ fn cfg() -> PodConfig {
         default_resources: None,
         default_workspace_limit: None,
         egress: operator::egress::EgressPolicy::default(),
+        read_only_root: false,
     }
 }
 

@@ -3,6 +3,8 @@
 //! resolve independently, a per-tool config overrides `default_config`, and
 //! `default_config` overrides the kind's defaults.
 
+use std::collections::HashMap;
+
 use serde_json::value::RawValue;
 
 use crate::error::ToolsetError;
@@ -46,6 +48,10 @@ pub(crate) struct NamedConfig {
 pub(crate) struct ToolsetConfig {
     pub(crate) default: Config,
     pub(crate) configs: Vec<NamedConfig>,
+    /// Each config's index in `configs` by name, so that finding a tool's
+    /// config (once per tool, and once per config to refuse repeats) stays
+    /// linear in the entry's size rather than quadratic.
+    by_name: HashMap<String, usize>,
 }
 
 impl ToolsetConfig {
@@ -62,6 +68,7 @@ impl ToolsetConfig {
             Some(v) => read_config(v, "default_config", DEFAULT_CONFIG_KEYS, how)?.1,
         };
         let mut configs: Vec<NamedConfig> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
         if let Some(v) = entry.get("configs") {
             for (i, item) in raw::array(v, "configs")?.into_iter().enumerate() {
                 let at = path::index("configs", i);
@@ -75,16 +82,17 @@ impl ToolsetConfig {
                     return Err(ToolsetError::Empty { path: name_path });
                 }
                 check_name(&name, &name_path)?;
-                if let Some(first) = configs.iter().find(|c| c.name == name) {
+                if let Some(&first) = by_name.get(&name) {
                     if how.refuse_duplicate_names {
                         return Err(ToolsetError::DuplicateTool {
                             path: name_path,
                             name,
-                            first: path::key(&first.path, "name"),
+                            first: path::key(&configs[first].path, "name"),
                         });
                     }
                     continue;
                 }
+                by_name.insert(name.clone(), configs.len());
                 configs.push(NamedConfig {
                     name,
                     path: at,
@@ -92,12 +100,16 @@ impl ToolsetConfig {
                 });
             }
         }
-        Ok(Self { default, configs })
+        Ok(Self {
+            default,
+            configs,
+            by_name,
+        })
     }
 
     /// The per-tool entry for `name`, if any.
     pub(crate) fn config_for(&self, name: &str) -> Option<&NamedConfig> {
-        self.configs.iter().find(|c| c.name == name)
+        self.by_name.get(name).map(|&i| &self.configs[i])
     }
 
     /// Resolves one tool: `None` when disabled, its policy when enabled. A

@@ -1,6 +1,8 @@
 //! `mcp_toolset`: the shape check at the API boundary, and resolution against
 //! the tool list one MCP server reported.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -107,12 +109,11 @@ pub fn resolve_mcp(raw_entry: &[u8], reported: &[McpTool]) -> Result<McpResoluti
     };
     let cfg = ToolsetConfig::read(&members, how, |_, _| Ok(()))?;
     let mut out = McpResolution::default();
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for tool in reported {
-        if tool.name.is_empty() || seen.contains(&tool.name.as_str()) {
+        if tool.name.is_empty() || !seen.insert(tool.name.as_str()) {
             continue;
         }
-        seen.push(&tool.name);
         if let Some(policy) = cfg.resolve(&tool.name, DEFAULT_MCP_TOOLSET_POLICY)? {
             out.tools.push(McpResolved {
                 tool: tool.clone(),

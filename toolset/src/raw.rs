@@ -7,6 +7,7 @@
 //! level is read as an ordered list of `(key, raw value)` pairs and only the
 //! leaves a rule needs are decoded.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -120,8 +121,9 @@ pub(crate) fn object<'a>(v: &'a RawValue, path: &str) -> Result<Members<'a>, Too
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    for (i, (k, _)) in members.0.iter().enumerate() {
-        if members.0[..i].iter().any(|(seen, _)| seen == k) {
+    let mut seen = HashSet::with_capacity(members.0.len());
+    for (k, _) in &members.0 {
+        if !seen.insert(k.as_str()) {
             return Err(ToolsetError::DuplicateKey {
                 path: path::key(path, k),
             });

@@ -101,6 +101,7 @@ fn walk(k: &Kubectl, chart: &str) {
         "e2e-chart",
         &[("pod-security.kubernetes.io/enforce", "restricted")],
     );
+    write_guard(k, &ns.name);
     let session = format!(
         "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: walk\nspec:\n  image: {}\n  workdir: /workspace\n  tools:\n    - type: agent_toolset_20260401\n      configs:\n        - {{name: write, permission_policy: {{type: always_ask}}}}\n        - {{name: grep, enabled: false}}\n",
         sandbox_image()
@@ -310,4 +311,76 @@ fn walk(k: &Kubectl, chart: &str) {
         k.get(&["crd", "agentsessions.agentplane.dev"]).is_some(),
         "the CRD stays, as NOTES.txt says"
     );
+}
+
+/// The operator's ClusterRole lets it write ConfigMaps (and pods, claims,
+/// NetworkPolicies) anywhere; the chart's admission policy narrows that to
+/// objects carrying its label. Acting as the operator's service account:
+/// an unlabelled ConfigMap can be neither created nor changed, a labelled
+/// one can.
+fn write_guard(k: &Kubectl, ns: &str) {
+    let operator = format!("--as=system:serviceaccount:{RELEASE_NS}:{RELEASE}");
+    let cm = |name: &str, labelled: bool| {
+        let labels = if labelled {
+            "\n  labels:\n    app.kubernetes.io/managed-by: agentplane"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}{labels}\ndata:\n  k: v\n"
+        )
+    };
+    let r = k.run(
+        &["create", "-n", ns, &operator, "-f", "-"],
+        Some(&cm("foreign", false)),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("may only write objects labelled"),
+        "the operator created an unlabelled ConfigMap: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    // Someone else's ConfigMap: the operator cannot patch it.
+    k.must(&[
+        "create",
+        "configmap",
+        "theirs",
+        "-n",
+        ns,
+        "--from-literal=k=v",
+    ]);
+    let r = k.run(
+        &[
+            "patch", "configmap", "theirs", "-n", ns, &operator, "--type=merge", "-p",
+            r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":"agentplane"}},"data":{"k":"stolen"}}"#,
+        ],
+        None,
+    );
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains("may only change or delete objects it labelled"),
+        "the operator relabelled someone's ConfigMap: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(
+        k.must(&[
+            "get",
+            "configmap",
+            "theirs",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.data.k}"
+        ]),
+        "v"
+    );
+    // Its own kind of object goes through.
+    let r = k.run(
+        &["create", "-n", ns, &operator, "-f", "-"],
+        Some(&cm("ours", true)),
+    );
+    assert!(r.ok, "a labelled ConfigMap: {}{}", r.stdout, r.stderr);
+    k.must(&["delete", "configmap", "ours", "theirs", "-n", ns]);
 }
