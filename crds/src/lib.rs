@@ -251,6 +251,11 @@ pub struct AgentSessionStatus {
     /// Tool name -> permission policy, for every enabled tool.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub policies: BTreeMap<String, String>,
+    /// How the session's object names were made: absent for the current
+    /// scheme, `digest32` for a session whose objects an earlier release
+    /// named (they keep those names, so its workspace is not left behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_names: Option<String>,
 }
 
 /// A list whose items keep every field the client wrote.

@@ -32,6 +32,7 @@ use opentelemetry::trace::{Span, Status, Tracer};
 use crate::destinations::Destinations;
 use crate::error::{Error, Result};
 use crate::mcp::McpClient;
+use crate::names::{Names, Scheme};
 use crate::plan::{self, Note, Observed, Plan, PodAction};
 use crate::pod::{self, PodConfig};
 use crate::policy::{self, SessionPolicy};
@@ -253,6 +254,16 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
     };
     let mut res = resolution::resolve_checked(&session.spec, &entries, findings, &listings);
     resolution::apply_policy(&mut res, &denied);
+    let named;
+    let session = match earlier_scheme(ctx, &ns, session).await? {
+        Some(scheme) => {
+            let mut s = session.clone();
+            s.status.get_or_insert_with(Default::default).object_names = scheme.recorded();
+            named = s;
+            &named
+        }
+        None => session,
+    };
     let observed = observe(ctx, &ns, session, &res).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());
     let applied = carry_out(ctx, &ns, &plan).await;
@@ -345,6 +356,39 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(MANAGER).force()
 }
 
+/// For a session with no naming scheme recorded whose name is long enough
+/// for the schemes to differ: the earlier scheme, when its pod or workspace
+/// claim exists under the earlier names and belongs to the session (see
+/// [`crate::names`]). Probed once; the status records the answer.
+async fn earlier_scheme(ctx: &Context, ns: &str, session: &AgentSession) -> Result<Option<Scheme>> {
+    if session
+        .status
+        .as_ref()
+        .is_some_and(|s| s.object_names.is_some())
+    {
+        return Ok(None);
+    }
+    let name = session.name_any();
+    let (now, old) = (
+        Names::with(&name, Scheme::Current),
+        Names::with(&name, Scheme::Digest32),
+    );
+    if now == old {
+        return Ok(None);
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    let found = [
+        pods.get_metadata_opt(&old.pod).await?.map(|m| m.metadata),
+        claims
+            .get_metadata_opt(&old.claim)
+            .await?
+            .map(|m| m.metadata),
+    ];
+    let ours = found.iter().flatten().any(|m| plan::owned_by(m, session));
+    Ok(ours.then_some(Scheme::Digest32))
+}
+
 /// Reads what the plan depends on: the objects under the session's names
 /// (the ConfigMap and claim as metadata only).
 async fn observe(
@@ -353,19 +397,19 @@ async fn observe(
     session: &AgentSession,
     res: &Resolution,
 ) -> Result<Observed> {
-    let name = session.name_any();
+    let names = Names::of(session);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let pod = pods.get_opt(&pod::pod_name(&name)).await?;
+    let pod = pods.get_opt(&names.pod).await?;
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let configmap = cms
-        .get_metadata_opt(&pod::toolset_configmap_name(&name))
+        .get_metadata_opt(&names.configmap)
         .await?
         .map(|m| m.metadata);
     let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
     let claim = if wants_claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
         claims
-            .get_metadata_opt(&pod::workspace_claim_name(&name))
+            .get_metadata_opt(&names.claim)
             .await?
             .map(|m| m.metadata)
     } else {
@@ -373,7 +417,7 @@ async fn observe(
     };
     let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
     let network_policy = nps
-        .get_metadata_opt(&pod::network_policy_name(&name))
+        .get_metadata_opt(&names.network_policy)
         .await?
         .map(|m| m.metadata);
     Ok(Observed {

@@ -18,6 +18,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::names::Names;
 use crate::pod;
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
@@ -120,7 +121,7 @@ pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<N
     if !policy.enabled {
         return None;
     }
-    let name = session.metadata.name.as_deref().unwrap_or_default();
+    let names = Names::of(session);
     let denied: Vec<Cidr> = ALWAYS_EXCEPTED
         .iter()
         .filter_map(|c| c.parse().ok())
@@ -143,10 +144,10 @@ pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<N
         });
     }
     Some(NetworkPolicy {
-        metadata: pod::owned_meta(session, pod::network_policy_name(name)),
+        metadata: pod::owned_meta(session, names.network_policy.clone()),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
-                match_labels: Some(pod::selector(name)),
+                match_labels: Some(names.selector()),
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),

@@ -18,6 +18,7 @@ pub mod health;
 pub mod leader;
 pub mod listen;
 pub mod mcp;
+pub mod names;
 pub mod plan;
 pub mod pod;
 pub mod policy;

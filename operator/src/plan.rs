@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::egress;
+use crate::names::Names;
 use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
 use crate::resolution::Resolution;
 use crate::status;
@@ -148,8 +149,7 @@ pub fn plan(
     if let Some(conflict) = foreign(session, observed) {
         return conflicted(session, resolution, conflict, now);
     }
-    let name = session.name_any();
-    let pod_name = pod::pod_name(&name);
+    let pod_name = Names::of(session).pod;
     let (action, pod_events, current) = decide_pod(session, observed, resolution, cfg);
     let mut requeue = if resolution.retry_mcp {
         MCP_RETRY
@@ -236,7 +236,7 @@ fn decide_pod(
     resolution: &Resolution,
     cfg: &PodConfig,
 ) -> (PodAction, Vec<Note>, Option<Pod>) {
-    let pod_name = pod::pod_name(&session.name_any());
+    let pod_name = Names::of(session).pod;
     let existing = observed.pod.as_ref();
     let going = existing.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
     if resolution.runner.is_none() {

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use crate::egress::EgressPolicy;
+use crate::names::Names;
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -64,76 +65,9 @@ pub struct PodConfig {
     pub read_only_root: bool,
 }
 
-/// Deterministic names of a session's objects. Kubernetes names are at most
-/// 253 characters and label values 63; a long session name is cut and given
-/// a digest of the whole name. The digest is 32 bits, so two long names
-/// that map to the same objects can be searched for; that yields a
-/// NameConflict condition, not a takeover, because objects are adopted and
-/// deleted only by owner UID (`plan::owned_by`). Lengthening it renames the
-/// objects of every long-named session, its workspace claim included, so it
-/// waits for a migration that carries the claim over.
-pub fn object_name(session: &str, suffix: &str) -> String {
-    let full = format!("{session}-{suffix}");
-    if full.len() <= 63 {
-        return full;
-    }
-    let digest = hex::encode(&Sha256::digest(session.as_bytes())[..4]);
-    let keep = 63 - suffix.len() - digest.len() - 2;
-    let head = session[..keep.min(session.len())].trim_end_matches(['-', '.']);
-    format!("{head}-{digest}-{suffix}")
-}
-
-/// The sandbox pod's name.
-pub fn pod_name(session: &str) -> String {
-    object_name(session, "sandbox")
-}
-
-/// The resolved toolset ConfigMap's name.
-pub fn toolset_configmap_name(session: &str) -> String {
-    object_name(session, "toolset")
-}
-
-/// The session's NetworkPolicy's name.
-pub fn network_policy_name(session: &str) -> String {
-    object_name(session, "egress")
-}
-
-/// The labels that select a session's sandbox pod.
-pub fn selector(session: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(SESSION_LABEL.to_owned(), label_value(session))])
-}
-
 /// Metadata of an object the session owns (labels, controller reference).
 pub fn owned_meta(session: &AgentSession, name: String) -> ObjectMeta {
     meta(session, name)
-}
-
-/// The workspace claim's name.
-pub fn workspace_claim_name(session: &str) -> String {
-    object_name(session, "workspace")
-}
-
-fn labels(session: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_owned(),
-            "agentplane-sandbox".to_owned(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            "agentplane".to_owned(),
-        ),
-        (SESSION_LABEL.to_owned(), label_value(session)),
-    ])
-}
-
-/// A label value for `s` (at most 63 characters).
-fn label_value(s: &str) -> String {
-    if s.len() <= 63 {
-        s.to_owned()
-    } else {
-        object_name(s, "x")
-    }
 }
 
 fn owner(session: &AgentSession) -> Option<OwnerReference> {
@@ -144,7 +78,7 @@ fn meta(session: &AgentSession, name: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: session.metadata.namespace.clone(),
-        labels: Some(labels(session.metadata.name.as_deref().unwrap_or_default())),
+        labels: Some(Names::of(session).labels()),
         owner_references: owner(session).map(|o| vec![o]),
         ..ObjectMeta::default()
     }
@@ -154,9 +88,8 @@ fn meta(session: &AgentSession, name: String) -> ObjectMeta {
 /// baked into the pod spec, so that a policy change reaches the running
 /// runner without replacing the pod (and its workspace).
 pub fn toolset_configmap(session: &AgentSession, resolved: &ResolvedToolset) -> ConfigMap {
-    let name = session.metadata.name.as_deref().unwrap_or_default();
     ConfigMap {
-        metadata: meta(session, toolset_configmap_name(name)),
+        metadata: meta(session, Names::of(session).configmap),
         data: Some(BTreeMap::from([(
             TOOLSET_FILE.to_owned(),
             serde_json::to_string_pretty(resolved).unwrap_or_default(),
@@ -173,9 +106,8 @@ pub fn workspace_claim(session: &AgentSession) -> Option<PersistentVolumeClaim> 
         .as_ref()?
         .volume_claim_template
         .as_ref()?;
-    let name = session.metadata.name.as_deref().unwrap_or_default();
     Some(PersistentVolumeClaim {
-        metadata: meta(session, workspace_claim_name(name)),
+        metadata: meta(session, Names::of(session).claim),
         spec: Some(template.spec.clone()),
         ..PersistentVolumeClaim::default()
     })
@@ -219,7 +151,7 @@ fn empty_dir(name: &str) -> Volume {
 
 /// The sandbox pod of a session, carrying the hash of its own spec.
 pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
-    let name = session.metadata.name.as_deref().unwrap_or_default();
+    let names = Names::of(session);
     let spec = &session.spec;
     let pod_spec = PodSpec {
         init_containers: Some(vec![install_container(cfg)]),
@@ -231,7 +163,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
             Volume {
                 name: "toolset".to_owned(),
                 config_map: Some(ConfigMapVolumeSource {
-                    name: toolset_configmap_name(name),
+                    name: names.configmap.clone(),
                     ..ConfigMapVolumeSource::default()
                 }),
                 ..Volume::default()
@@ -266,7 +198,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
     };
 
     let hash = spec_hash(&pod_spec);
-    let mut metadata = meta(session, pod_name(name));
+    let mut metadata = meta(session, names.pod);
     let built = BuiltWith {
         runner_image: cfg.runner_image.clone(),
         default_resources: cfg.default_resources.clone(),
@@ -294,12 +226,11 @@ const RUN_VOLUME: &str = "agent-run";
 
 /// The workspace: the session's claim, or an emptyDir (sized if asked).
 fn workspace_volume(session: &AgentSession, cfg: &PodConfig) -> Volume {
-    let name = session.metadata.name.as_deref().unwrap_or_default();
     match session.spec.workspace.as_ref() {
         Some(w) if w.volume_claim_template.is_some() => Volume {
             name: "workspace".to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: workspace_claim_name(name),
+                claim_name: Names::of(session).claim,
                 ..PersistentVolumeClaimVolumeSource::default()
             }),
             ..Volume::default()

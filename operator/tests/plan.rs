@@ -651,3 +651,42 @@ fn a_read_only_root_reaches_new_pods_only() {
         "turning it on replaced a running pod"
     );
 }
+
+/// A long-named session whose objects an earlier release named (32-bit
+/// digest) keeps them: with `status.objectNames: digest32` the plan finds
+/// its running pod under the old name and keeps it, and the status keeps
+/// saying so; a new session gets the 128-bit names.
+#[test]
+fn a_session_named_by_an_earlier_release_keeps_its_objects() {
+    use operator::names::{DIGEST32, Names, Scheme};
+    let long = "s".repeat(60);
+    let mut s = valid();
+    s.metadata.name = Some(long.clone());
+    let old = Names::with(&long, Scheme::Digest32);
+    let new = Names::with(&long, Scheme::Current);
+    assert_ne!(old.pod, new.pod);
+    s.status = Some(AgentSessionStatus {
+        object_names: Some(DIGEST32.into()),
+        ..AgentSessionStatus::default()
+    });
+    let pod = running(&s, true);
+    assert_eq!(pod.metadata.name.as_deref(), Some(old.pod.as_str()));
+    let p = plan_for(&s, Some(pod), &Listings::new());
+    assert_eq!(p.pod, PodAction::Keep);
+    assert_eq!(p.status.object_names.as_deref(), Some(DIGEST32));
+    assert_eq!(p.status.pod_name.as_deref(), Some(old.pod.as_str()));
+    assert_eq!(
+        p.configmap
+            .as_ref()
+            .and_then(|c| c.metadata.name.as_deref()),
+        Some(old.configmap.as_str())
+    );
+    // Without the record, the current names.
+    s.status = None;
+    let p = plan_for(&s, None, &Listings::new());
+    let PodAction::Create(pod) = p.pod else {
+        panic!("expected a create");
+    };
+    assert_eq!(pod.metadata.name.as_deref(), Some(new.pod.as_str()));
+    assert_eq!(p.status.object_names, None);
+}

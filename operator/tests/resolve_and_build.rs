@@ -4,7 +4,8 @@ use crds::{AgentSession, AgentSessionSpec, McpServer, SessionPhase};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
-use operator::pod::{PodConfig, build_pod, object_name, pod_name, spec_hash};
+use operator::names::{Names, Scheme, object_name};
+use operator::pod::{PodConfig, build_pod, spec_hash};
 use operator::resolution::{Listings, resolve};
 use operator::status::build_status;
 use serde_json::json;
@@ -260,6 +261,7 @@ fn the_spec_hash_follows_the_session() {
 fn long_names_stay_within_limits_and_apart() {
     let a = "a".repeat(200);
     let b = format!("{}b", "a".repeat(199));
+    let pod_name = |s: &str| Names::with(s, Scheme::Current).pod;
     let (na, nb) = (pod_name(&a), pod_name(&b));
     assert!(na.len() <= 63 && nb.len() <= 63);
     assert_ne!(na, nb);
