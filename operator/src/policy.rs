@@ -129,6 +129,13 @@ fn check_workspace(spec: &AgentSessionSpec, policy: &SessionPolicy, out: &mut Ve
                 .into(),
         ));
     }
+    if s.selector.is_some() {
+        out.push(deny(
+            format!("{at}.selector"),
+            "a workspace cannot select existing PersistentVolumes by label: one could hold another tenant's data"
+                .into(),
+        ));
+    }
     if let Some(class) = &s.storage_class_name
         && !policy.storage_classes.contains(class)
     {
@@ -173,6 +180,7 @@ mod tests {
             "workspace": {"volumeClaimTemplate": {"spec": {
                 "storageClassName": "fast",
                 "volumeName": "pv-of-someone-else",
+                "selector": {"matchLabels": {"tenant": "b"}},
                 "dataSource": {"kind": "PersistentVolumeClaim", "name": "other"},
                 "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "1Gi"}}}}}
@@ -187,6 +195,7 @@ mod tests {
                 "spec.tolerations",
                 "spec.workspace.volumeClaimTemplate.spec.dataSource",
                 "spec.workspace.volumeClaimTemplate.spec.volumeName",
+                "spec.workspace.volumeClaimTemplate.spec.selector",
                 "spec.workspace.volumeClaimTemplate.spec.storageClassName",
             ]
         );
