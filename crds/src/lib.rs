@@ -21,6 +21,10 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "agentplane.dev";
 /// The served and stored version.
 pub const VERSION: &str = "v1alpha1";
+/// The annotation that asks an idle-suspended session to wake: an RFC 3339
+/// time later than its suspension. `kubectl agent` sets it for a session
+/// with `lifetime.wakeOnCall`; the operator watches for it.
+pub const WAKE_ANNOTATION: &str = "agentplane.dev/wake";
 
 /// An agent session: a hardened sandbox pod whose built-in runner executes
 /// the agent's tools (bash, read, write, edit, glob, grep) inside the
@@ -37,6 +41,7 @@ pub const VERSION: &str = "v1alpha1";
     namespaced,
     status = "AgentSessionStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspended"}"#,
     printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.podName"}"#,
     printcolumn = r#"{"name":"Tools","type":"integer","jsonPath":".status.toolCount"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -104,6 +109,13 @@ pub struct AgentSessionSpec {
     /// How long the session may live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<Lifetime>,
+
+    /// Suspend the session: its pod is removed and its workspace claim, its
+    /// toolset and bash's state (cwd, exported variables, functions, kept on
+    /// the workspace) stay; `false` brings a pod back where it left off.
+    /// Needs a `workspace.volumeClaimTemplate` (an emptyDir would be lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<bool>,
 }
 
 fn default_workdir() -> String {
@@ -172,6 +184,29 @@ pub struct Lifetime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self > 0").message("idleTimeoutSeconds must be positive"))]
     pub idle_timeout_seconds: Option<i64>,
+    /// Seconds without a tool call after which the session is suspended
+    /// (pod removed, workspace and bash state kept) rather than ended.
+    /// `kubectl agent` wakes it (see `wakeOnCall`). Needs a
+    /// `workspace.volumeClaimTemplate`; not with `idleTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0").message("idleSuspendSeconds must be positive"))]
+    pub idle_suspend_seconds: Option<i64>,
+    /// Let `kubectl agent` wake a suspended session to serve a call (it
+    /// sets the `agentplane.dev/wake` annotation and waits for the pod).
+    /// Without it a call on a suspended session fails and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_on_call: Option<bool>,
+    /// Seconds the session may exist, counted from its creation and across
+    /// suspensions; then it ends: phase Finished, pod removed, workspace
+    /// kept or deleted per `workspaceOnFinish`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0").message("maxLifetimeSeconds must be positive"))]
+    pub max_lifetime_seconds: Option<i64>,
+    /// What becomes of a persistent workspace when the session finishes:
+    /// `Keep` (the default; it goes with the session object) or `Delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'Keep' || self == 'Delete'").message("workspaceOnFinish is Keep or Delete"))]
+    pub workspace_on_finish: Option<String>,
 }
 
 /// Where a session stands.
@@ -187,6 +222,10 @@ pub enum SessionPhase {
     Failed,
     /// The pod ended normally (deadline or idle timeout).
     Succeeded,
+    /// No pod runs by request or after idling; the workspace is kept.
+    Suspended,
+    /// The session's lifetime (`maxLifetimeSeconds`) is over.
+    Finished,
 }
 
 /// How to reach the runner.

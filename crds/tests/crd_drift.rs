@@ -37,7 +37,7 @@ fn the_crd_names_and_columns_are_what_users_type() {
         .flatten()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Phase", "Pod", "Tools", "Age"]);
+    assert_eq!(columns, ["Phase", "Suspended", "Pod", "Tools", "Age"]);
     let schema = serde_json::to_value(&version.schema).expect("json");
     let tools = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["tools"];
     assert_eq!(

@@ -10,7 +10,7 @@ use runner_api::proto::RunRequest;
 use runner_api::{RUNNER_PORT, Refusal, exit};
 
 use crate::error::Error;
-use crate::{forward, session};
+use crate::{forward, session, wake};
 
 /// Call an AgentSession's tools from kubectl.
 #[derive(Debug, Parser)]
@@ -79,6 +79,9 @@ pub async fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// How long a call waits for a woken session's sandbox.
+const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let client = Client::try_default()
         .await
@@ -112,7 +115,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             id,
             json,
         } => {
-            let s = get(name).await?;
+            let s = wake::awake(&sessions, get(name).await?, WAKE_TIMEOUT).await?;
             call(&client, &ns, &s, &tool, &input, confirm, id, json).await
         }
         Command::Bash {
@@ -121,7 +124,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             follow,
             command,
         } => {
-            let s = get(name).await?;
+            let s = wake::awake(&sessions, get(name).await?, WAKE_TIMEOUT).await?;
             let input = serde_json::json!({"command": command.join(" ")}).to_string();
             if follow {
                 follow_bash(&client, &ns, &s, &input, confirm).await

@@ -13,6 +13,12 @@ pub enum Error {
         phase: String,
         detail: String,
     },
+    #[error("AgentSession {session} is suspended: {detail}")]
+    Suspended { session: String, detail: String },
+    #[error(
+        "AgentSession {session} was woken but its sandbox was not ready within {seconds}s; see kubectl describe agentsession {session}"
+    )]
+    WakeTimedOut { session: String, seconds: u64 },
     #[error("tool {tool:?} is not enabled in AgentSession {session}; enabled: {enabled}")]
     Disabled {
         session: String,
@@ -62,6 +68,8 @@ impl Error {
             Self::Config(_)
             | Self::NotFound { .. }
             | Self::NotReady { .. }
+            | Self::Suspended { .. }
+            | Self::WakeTimedOut { .. }
             | Self::PortForward { .. }
             | Self::Disconnected { .. }
             | Self::Output(_)

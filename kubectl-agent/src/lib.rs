@@ -6,5 +6,6 @@ pub mod error;
 pub mod follow;
 pub mod forward;
 pub mod session;
+pub mod wake;
 
 pub use error::Error;

@@ -23,7 +23,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
@@ -444,6 +444,22 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
         nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
             .await?;
     }
+    if let Some((name, uid)) = &plan.delete_claim {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match claims.delete(name, &params).await {
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            other => {
+                other?;
+            }
+        }
+    }
     if let Some(claim) = &plan.claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
         match claims.create(&PostParams::default(), claim).await {
@@ -498,6 +514,21 @@ pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> 
 /// opening unbounded connections and starving the lease renewal.
 pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
 
+/// A session is looked at again when its spec changes (generation) or
+/// someone asks a suspended one to wake (the wake annotation), not when
+/// only its status or other metadata changed.
+fn generation_or_wake(session: &Watched) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = session.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::lifecycle::WAKE_ANNOTATION))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
 /// Runs the controller until `shutdown` resolves.
 ///
 /// Sessions trigger a reconcile only when their generation changes (a spec
@@ -517,7 +548,7 @@ pub async fn run(
         .default_backoff()
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+        .predicate_filter(generation_or_wake, Default::default());
     Controller::for_stream(changed, reader)
         .owns(
             pods,

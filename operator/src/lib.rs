@@ -16,6 +16,7 @@ pub mod egress;
 pub mod error;
 pub mod health;
 pub mod leader;
+pub mod lifecycle;
 pub mod listen;
 pub mod mcp;
 pub mod names;

@@ -14,8 +14,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::egress;
+use crate::lifecycle::{self, Stage};
 use crate::names::Names;
 use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
+use crate::resolution::CondSpec;
 use crate::resolution::Resolution;
 use crate::status;
 
@@ -125,6 +127,10 @@ pub struct Plan {
     pub configmap: Option<ConfigMap>,
     /// The workspace claim to create (only when it does not exist yet).
     pub claim: Option<PersistentVolumeClaim>,
+    /// The workspace claim to delete (name, UID precondition): only for a
+    /// finished session whose spec says `workspaceOnFinish: Delete`, and
+    /// only a claim the session controls.
+    pub delete_claim: Option<(String, Option<String>)>,
     /// The sandbox's NetworkPolicy, applied before the pod exists.
     pub network_policy: Option<NetworkPolicy>,
     pub pod: PodAction,
@@ -149,8 +155,54 @@ pub fn plan(
     if let Some(conflict) = foreign(session, observed) {
         return conflicted(session, resolution, conflict, now);
     }
+    let mut plan = match lifecycle::stage(session, observed.pod.as_ref(), now) {
+        Stage::Running => running(session, observed, resolution, cfg, now),
+        Stage::Suspended { reason, .. } => stopped_plan(
+            session,
+            observed,
+            resolution,
+            Stopped::Suspended(reason),
+            now,
+        ),
+        Stage::Finished {
+            at,
+            delete_workspace,
+        } => stopped_plan(
+            session,
+            observed,
+            resolution,
+            Stopped::Finished {
+                at,
+                delete_workspace,
+            },
+            now,
+        ),
+    };
+    if let Some(left) = lifecycle::until_deadline(session, now) {
+        plan.requeue = plan.requeue.min(left.max(Duration::from_secs(1)));
+    }
+    plan
+}
+
+/// The plan of a session whose pod should run.
+fn running(
+    session: &AgentSession,
+    observed: &Observed,
+    resolution: &Resolution,
+    cfg: &PodConfig,
+    now: Timestamp,
+) -> Plan {
     let pod_name = Names::of(session).pod;
-    let (action, pod_events, current) = decide_pod(session, observed, resolution, cfg);
+    let (mut action, mut pod_events, mut current) = decide_pod(session, observed, resolution, cfg);
+    // Woken after an idle exit while the ended pod is still there: replace it.
+    if let Some(p) = observed.pod.as_ref().filter(|p| ended_idle(session, p)) {
+        action = delete(p);
+        pod_events = vec![Note::normal(
+            "Resuming",
+            format!("the session was woken; replacing ended pod {pod_name}"),
+        )];
+        current = None;
+    }
     let mut requeue = if resolution.retry_mcp {
         MCP_RETRY
     } else {
@@ -164,7 +216,7 @@ pub fn plan(
         requeue = POD_GOING;
     }
     let previous = session.status.as_ref();
-    let status = status::build_status(
+    let mut status = status::build_status(
         resolution,
         current.as_ref(),
         &pod_name,
@@ -175,8 +227,12 @@ pub fn plan(
     if current.is_some() && status.phase != Some(crds::SessionPhase::Ready) {
         requeue = requeue.min(POD_NOT_READY);
     }
+    if uses_suspension(session) {
+        running_condition(&mut status, previous, session.metadata.generation, now);
+    }
     let runs = resolution.runner.as_ref();
     let mut plan = Plan {
+        delete_claim: None,
         configmap: runs.map(|r| pod::toolset_configmap(session, r)),
         network_policy: runs.and_then(|_| egress::network_policy(session, &cfg.egress)),
         claim: runs
@@ -214,6 +270,7 @@ fn conflicted(
     let mut plan = Plan {
         configmap: None,
         claim: None,
+        delete_claim: None,
         network_policy: None,
         pod: PodAction::Keep,
         pod_events: Vec::new(),
@@ -227,6 +284,172 @@ fn conflicted(
         plan.events = status_events(previous, &plan.status, &plan.warnings);
     }
     plan
+}
+
+/// Whether the session uses suspension at all (its status then carries a
+/// `Suspended` condition even while it runs).
+fn uses_suspension(session: &AgentSession) -> bool {
+    session.spec.suspended.is_some()
+        || session
+            .spec
+            .lifetime
+            .as_ref()
+            .is_some_and(|l| l.idle_suspend_seconds.is_some())
+}
+
+/// A pod whose runner exited after idling, for a session that suspends
+/// then (a woken session replaces it).
+fn ended_idle(session: &AgentSession, pod: &Pod) -> bool {
+    session
+        .spec
+        .lifetime
+        .as_ref()
+        .is_some_and(|l| l.idle_suspend_seconds.is_some())
+        && pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+}
+
+fn running_condition(
+    status: &mut AgentSessionStatus,
+    previous: Option<&AgentSessionStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let spec = CondSpec {
+        type_: "Suspended",
+        status: false,
+        reason: "Running".into(),
+        message: "the sandbox runs".into(),
+    };
+    let prev = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    status
+        .conditions
+        .extend(status::conditions(&[spec], prev, generation, now));
+}
+
+/// The plan of a suspended or finished session: no pod (the running one is
+/// deleted by UID), nothing applied, the claim kept -- or deleted, for a
+/// finished session that asked for it.
+fn stopped_plan(
+    session: &AgentSession,
+    observed: &Observed,
+    resolution: &Resolution,
+    stage: Stopped,
+    now: Timestamp,
+) -> Plan {
+    let previous = session.status.as_ref();
+    let pod_name = Names::of(session).pod;
+    let (pod_action, verb) = match observed.pod.as_ref() {
+        Some(p) if p.metadata.deletion_timestamp.is_some() => (PodAction::WaitForDeletion, None),
+        Some(p) => (delete(p), Some(())),
+        None => (PodAction::Keep, None),
+    };
+    let mut status = status::build_status(
+        resolution,
+        None,
+        &pod_name,
+        previous,
+        session.metadata.generation,
+        now,
+    );
+    status.pod_name = None;
+    status.endpoint = None;
+    let mut delete_claim = None;
+    let (phase, reason, message, suspended) = match stage {
+        Stopped::Suspended(reason) => (
+            crds::SessionPhase::Suspended,
+            "Suspended",
+            if reason == lifecycle::IDLE {
+                "suspended after idling; the workspace and bash's state are kept (kubectl agent wakes it with wakeOnCall)".to_owned()
+            } else {
+                "suspended (spec.suspended); the workspace and bash's state are kept".to_owned()
+            },
+            Some(reason),
+        ),
+        Stopped::Finished {
+            at,
+            delete_workspace,
+        } => {
+            if delete_workspace {
+                delete_claim = observed
+                    .claim
+                    .as_ref()
+                    .filter(|c| owned_by(c, session))
+                    .map(|c| (c.name.clone().unwrap_or_default(), c.uid.clone()));
+            }
+            let kept = if delete_workspace { "deleted" } else { "kept" };
+            (
+                crds::SessionPhase::Finished,
+                "Finished",
+                format!("the session's lifetime ended at {at}; its workspace is {kept}"),
+                None,
+            )
+        }
+    };
+    status.phase = Some(phase);
+    if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        let was = previous
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.status == "False")
+            .map(|c| c.last_transition_time.clone());
+        ready.status = "False".into();
+        ready.reason = reason.into();
+        ready.message = message.clone();
+        ready.last_transition_time = was.unwrap_or(Time(now));
+    }
+    if let Some(why) = suspended {
+        let spec = CondSpec {
+            type_: "Suspended",
+            status: true,
+            reason: why.into(),
+            message: message.clone(),
+        };
+        let prev = previous
+            .map(|p| p.conditions.as_slice())
+            .unwrap_or_default();
+        status.conditions.extend(status::conditions(
+            &[spec],
+            prev,
+            session.metadata.generation,
+            now,
+        ));
+    }
+    let pod_events = match verb {
+        Some(()) => vec![Note::normal(
+            "DeletedPod",
+            format!("{message}; deleted pod {pod_name}"),
+        )],
+        None => Vec::new(),
+    };
+    let mut plan = Plan {
+        configmap: None,
+        claim: None,
+        delete_claim,
+        network_policy: None,
+        pod: pod_action,
+        pod_events,
+        events: Vec::new(),
+        status,
+        requeue: if observed.pod.is_some() {
+            POD_GOING
+        } else {
+            RESYNC
+        },
+        warnings: Vec::new(),
+    };
+    plan.events = status_events(previous, &plan.status, &plan.warnings);
+    plan
+}
+
+/// Why no pod runs.
+enum Stopped {
+    Suspended(&'static str),
+    Finished {
+        at: Timestamp,
+        delete_workspace: bool,
+    },
 }
 
 /// The pod action, the events it earns, and the pod the status describes.
@@ -370,6 +593,13 @@ pub fn status_events(
                 out.push(Note::warning(&c.reason, c.message.clone()));
             }
             ("Ready", "True", _) => out.push(Note::normal("Ready", c.message.clone())),
+            ("Ready", "False", "Finished") => {
+                out.push(Note::normal("Finished", c.message.clone()));
+            }
+            ("Suspended", "True", _) => out.push(Note::normal("Suspended", c.message.clone())),
+            ("Suspended", "False", _) if old("Suspended").is_some() => {
+                out.push(Note::normal("Resumed", "the sandbox runs again".into()));
+            }
             _ => {}
         }
     }

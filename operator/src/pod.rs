@@ -284,15 +284,40 @@ fn serve(session: &AgentSession) -> Serve {
                 .unwrap_or_default()
                 .to_owned(),
         ),
-        state_dir: Some(STATE_DIR.to_owned()),
+        state_dir: Some(state_dir(session)),
         spill_dir: Some(SPILL_DIR.to_owned()),
+        // Idle suspension is the runner's idle exit too: the operator tells
+        // the two apart by the session's spec when the pod has ended.
         idle_timeout_seconds: spec
             .lifetime
             .as_ref()
-            .and_then(|l| l.idle_timeout_seconds)
+            .and_then(|l| l.idle_suspend_seconds.or(l.idle_timeout_seconds))
             .and_then(|s| u64::try_from(s).ok()),
     }
 }
+
+/// Where the runner keeps bash's state. On a persistent workspace it lives
+/// there (under [`WORKSPACE_STATE_DIR`]), so that a suspended session's
+/// next pod resumes with the same cwd, variables and functions; otherwise
+/// in the pod's own emptyDir, where it survives a runner restart.
+pub fn state_dir(session: &AgentSession) -> String {
+    let persistent = session
+        .spec
+        .workspace
+        .as_ref()
+        .is_some_and(|w| w.volume_claim_template.is_some());
+    if persistent {
+        format!(
+            "{}/{WORKSPACE_STATE_DIR}",
+            session.spec.workdir.trim_end_matches('/')
+        )
+    } else {
+        STATE_DIR.to_owned()
+    }
+}
+
+/// The runner's state directory inside a persistent workspace.
+pub const WORKSPACE_STATE_DIR: &str = ".agentplane/state";
 
 /// The session's image running the runner as its process.
 fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {

@@ -93,6 +93,7 @@ pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
     let mut out = Findings::default();
     let mut names = Names::default();
     let mut used_servers: Vec<(usize, String)> = Vec::new();
+    let mut server_entry: HashMap<String, usize> = HashMap::new();
     let agent = match entries.agent(TOOLS_PATH) {
         Ok(a) => a.map(|e| e.index),
         Err(e) => {
@@ -114,7 +115,8 @@ pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
             Ok(EntryKind::Agent) if Some(entry.index) != agent => {}
             Ok(EntryKind::Agent) => check_agent(entry, &at, &mut names, &mut out),
             Ok(EntryKind::Mcp { server }) => {
-                check_mcp(entry, server.as_deref(), &at, &mut used_servers, &mut out);
+                let used = (&mut used_servers, &mut server_entry);
+                check_mcp(entry, server.as_deref(), &at, used, &mut out);
             }
             Ok(EntryKind::Custom { name }) => {
                 check_custom_entry(entry, name.as_deref(), &at, &mut names, &mut out);
@@ -131,7 +133,40 @@ pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
         });
     }
     check_servers(spec, &used_servers, &mut out);
+    check_lifecycle(spec, &mut out);
     out
+}
+
+/// Suspension removes the pod: only a claim keeps the workspace (and the
+/// bash state kept on it) across it. An idle session is either suspended or
+/// ended, not both.
+fn check_lifecycle(spec: &AgentSessionSpec, out: &mut Findings) {
+    let claim = spec
+        .workspace
+        .as_ref()
+        .is_some_and(|w| w.volume_claim_template.is_some());
+    let lifetime = spec.lifetime.as_ref();
+    let needs_claim = |path: &str| {
+        Finding {
+        path: path.into(),
+        message: "suspending removes the pod, and an emptyDir workspace with it; set spec.workspace.volumeClaimTemplate".into(),
+    }
+    };
+    if spec.suspended == Some(true) && !claim {
+        out.errors.push(needs_claim("spec.suspended"));
+    }
+    if let Some(l) = lifetime {
+        if l.idle_suspend_seconds.is_some() && !claim {
+            out.errors
+                .push(needs_claim("spec.lifetime.idleSuspendSeconds"));
+        }
+        if l.idle_suspend_seconds.is_some() && l.idle_timeout_seconds.is_some() {
+            out.errors.push(Finding {
+                path: "spec.lifetime.idleSuspendSeconds".into(),
+                message: "set idleSuspendSeconds (suspend when idle) or idleTimeoutSeconds (end when idle), not both".into(),
+            });
+        }
+    }
 }
 
 fn check_agent(entry: &Entry, at: &str, names: &mut Names, out: &mut Findings) {
@@ -153,14 +188,14 @@ fn check_mcp(
     entry: &Entry,
     server: Option<&str>,
     at: &str,
-    used: &mut Vec<(usize, String)>,
+    (used, first_entry): (&mut Vec<(usize, String)>, &mut HashMap<String, usize>),
     out: &mut Findings,
 ) {
     if let Err(e) = toolset::validate_mcp_toolset(&entry.raw) {
         out.errors.push(e.with_prefix(at).into());
     }
     let Some(server) = server else { return };
-    if let Some((first, _)) = used.iter().find(|(_, s)| s == server) {
+    if let Some(first) = first_entry.get(server) {
         out.errors.push(Finding {
             path: format!("{at}.mcp_server_name"),
             message: format!(
@@ -168,6 +203,7 @@ fn check_mcp(
             ),
         });
     } else {
+        first_entry.insert(server.to_owned(), entry.index);
         used.push((entry.index, server.to_owned()));
     }
 }

@@ -690,3 +690,180 @@ fn a_session_named_by_an_earlier_release_keeps_its_objects() {
     assert_eq!(pod.metadata.name.as_deref(), Some(new.pod.as_str()));
     assert_eq!(p.status.object_names, None);
 }
+
+fn persistent(extra: serde_json::Value) -> AgentSession {
+    let mut fields = json!({"workspace": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}}}}}});
+    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
+        f.extend(e.clone());
+    }
+    let mut s = session(json!([{"type": "agent_toolset_20260401"}]), fields);
+    s.metadata.creation_timestamp = Some(Time(Timestamp::from_second(900).expect("t")));
+    s
+}
+
+fn cond<'a>(p: &'a Plan, type_: &str) -> Option<(&'a str, &'a str)> {
+    p.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+/// Suspending deletes the pod by UID and keeps the claim; un-suspending
+/// makes a new pod; each step says so once.
+#[test]
+fn suspend_removes_the_pod_and_resume_brings_one_back() {
+    let s = persistent(json!({"suspended": true}));
+    let claim_meta = build_claim(&s).expect("claim").metadata;
+    let observed = Observed {
+        pod: Some(running(&s, true)),
+        claim: Some(claim_meta.clone()),
+        ..Observed::default()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let p = plan::plan(&s, &observed, &res, &cfg(), now());
+    assert_eq!(
+        p.pod,
+        PodAction::Delete {
+            name: "demo-sandbox".into(),
+            uid: Some("pod-uid-1".into())
+        }
+    );
+    assert!(
+        p.claim.is_none() && p.delete_claim.is_none(),
+        "the claim is kept"
+    );
+    assert_eq!(p.status.phase, Some(SessionPhase::Suspended));
+    assert_eq!(cond(&p, "Suspended"), Some(("True", "Requested")));
+    assert_eq!(cond(&p, "Ready"), Some(("False", "Suspended")));
+    assert_eq!(p.status.pod_name, None);
+    assert!(
+        reasons(&p.events).contains(&(false, "Suspended")),
+        "{:?}",
+        p.events
+    );
+    assert!(reasons(&p.pod_events).contains(&(false, "DeletedPod")));
+    // Once the pod is gone, a suspended session is quiet.
+    let quiet = with_status(&s, p.status.clone());
+    let observed = Observed {
+        claim: Some(claim_meta.clone()),
+        ..Observed::default()
+    };
+    let p2 = plan::plan(&quiet, &observed, &res, &cfg(), now());
+    assert_eq!(p2.pod, PodAction::Keep);
+    assert!(
+        p2.events.is_empty() && p2.pod_events.is_empty(),
+        "{:?}",
+        p2.events
+    );
+    // Resumed: a new pod, and a Resumed event.
+    let mut resumed = quiet.clone();
+    resumed.spec.suspended = Some(false);
+    let p3 = plan::plan(&resumed, &observed, &res, &cfg(), now());
+    assert!(matches!(p3.pod, PodAction::Create(_)), "{:?}", p3.pod);
+    assert_eq!(cond(&p3, "Suspended"), Some(("False", "Running")));
+    assert!(
+        reasons(&p3.events).contains(&(false, "Resumed")),
+        "{:?}",
+        p3.events
+    );
+}
+
+/// The bash state of a session with a persistent workspace lives on it, so
+/// a resumed pod starts where the suspended one stopped.
+#[test]
+fn a_persistent_session_keeps_bash_state_on_its_workspace() {
+    assert_eq!(
+        operator::pod::state_dir(&persistent(json!({}))),
+        "/workspace/.agentplane/state"
+    );
+    assert_eq!(operator::pod::state_dir(&valid()), runner_api::STATE_DIR);
+}
+
+/// The lifetime's end: no pod, phase Finished, and the claim deleted by UID
+/// only when the spec says so and the session controls it.
+#[test]
+fn a_finished_session_stops_and_deletes_its_workspace_only_if_asked() {
+    let ended = |on_finish: &str| {
+        persistent(json!({"lifetime": {"maxLifetimeSeconds": 50, "workspaceOnFinish": on_finish}}))
+    };
+    for (policy, deletes) in [("Keep", false), ("Delete", true)] {
+        let s = ended(policy);
+        let mut claim = build_claim(&s).expect("claim").metadata;
+        claim.uid = Some("claim-uid".into());
+        let observed = Observed {
+            pod: Some(running(&s, true)),
+            claim: Some(claim.clone()),
+            ..Observed::default()
+        };
+        let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+        let p = plan::plan(&s, &observed, &res, &cfg(), now());
+        assert!(matches!(p.pod, PodAction::Delete { .. }), "{policy}");
+        assert_eq!(p.status.phase, Some(SessionPhase::Finished), "{policy}");
+        assert_eq!(cond(&p, "Ready"), Some(("False", "Finished")));
+        assert_eq!(
+            p.delete_claim,
+            deletes.then(|| ("demo-workspace".to_owned(), Some("claim-uid".to_owned()))),
+            "{policy}"
+        );
+        assert!(
+            reasons(&p.events).contains(&(false, "Finished")),
+            "{policy}"
+        );
+        // A claim someone else controls is never deleted.
+        let mut foreign = claim.clone();
+        foreign.owner_references = None;
+        let observed = Observed {
+            claim: Some(foreign),
+            ..Observed::default()
+        };
+        let p = plan::plan(&s, &observed, &res, &cfg(), now());
+        assert_eq!(p.delete_claim, None);
+    }
+    // Before the end, the session runs and looks again at the deadline.
+    let mut s = ended("Keep");
+    s.spec
+        .lifetime
+        .as_mut()
+        .expect("lifetime")
+        .max_lifetime_seconds = Some(200);
+    let p = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    assert_eq!(p.pod, PodAction::Keep);
+    assert_eq!(p.requeue, Duration::from_secs(100));
+}
+
+/// An idle exit suspends a session that asked for it; a wake request made
+/// after it brings a new pod.
+#[test]
+fn an_idle_exit_suspends_and_a_wake_replaces_the_ended_pod() {
+    let s = persistent(json!({"lifetime": {"idleSuspendSeconds": 30}}));
+    let mut ended = running(&s, false);
+    ended.metadata.creation_timestamp = Some(Time(Timestamp::from_second(950).expect("t")));
+    ended.status.as_mut().expect("status").phase = Some("Succeeded".into());
+    let p = plan_for(&s, Some(ended.clone()), &Listings::new());
+    assert!(matches!(p.pod, PodAction::Delete { .. }));
+    assert_eq!(cond(&p, "Suspended"), Some(("True", "Idle")));
+    assert_eq!(p.status.phase, Some(SessionPhase::Suspended));
+    // Woken while the ended pod is still there: it is replaced.
+    let mut woken = with_status(&s, p.status.clone());
+    woken.metadata.annotations = Some(
+        [(
+            operator::lifecycle::WAKE_ANNOTATION.to_owned(),
+            Timestamp::from_second(1_500).expect("t").to_string(),
+        )]
+        .into(),
+    );
+    let later = Timestamp::from_second(2_000).expect("t");
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        pod: Some(ended),
+        ..Observed::default()
+    };
+    let p = plan::plan(&woken, &observed, &res, &cfg(), later);
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    assert!(reasons(&p.pod_events).contains(&(false, "Resuming")));
+    let p = plan::plan(&woken, &Observed::default(), &res, &cfg(), later);
+    assert!(matches!(p.pod, PodAction::Create(_)));
+}

@@ -190,3 +190,59 @@ fn the_denial_carries_every_error() {
         "{denial}"
     );
 }
+
+/// Suspension needs a persistent workspace, and idle sessions are either
+/// suspended or ended, each named by its path.
+#[test]
+fn suspension_rules_name_their_fields() {
+    let with = |extra: Value| -> AgentSessionSpec {
+        let mut v = json!({"image": "busybox", "tools": [{"type": "agent_toolset_20260401"}]});
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::from_value(v).expect("spec")
+    };
+    let errs = errors(&with(json!({
+        "suspended": true,
+        "lifetime": {"idleSuspendSeconds": 60, "idleTimeoutSeconds": 60}
+    })));
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.suspended: suspending removes the pod")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.lifetime.idleSuspendSeconds: suspending")),
+        "{errs:?}"
+    );
+    assert!(errs.iter().any(|e| e.contains("not both")), "{errs:?}");
+    let claim = json!({"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}});
+    let ok = with(
+        json!({"suspended": true, "workspace": claim, "lifetime": {"idleSuspendSeconds": 60}}),
+    );
+    assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
+}
+
+/// A spec of many MCP servers and entries is checked in one pass: every
+/// duplicate is still named (linear-time checks, not fewer checks).
+#[test]
+fn many_servers_and_entries_are_all_checked() {
+    let mut tools = vec![json!({"type": "agent_toolset_20260401"})];
+    let mut s = spec(json!([]));
+    for i in 0..20 {
+        tools.push(json!({"type": "mcp_toolset", "mcp_server_name": format!("s{i}")}));
+        s.mcp_servers.push(server(&format!("s{i}")));
+    }
+    tools.push(json!({"type": "mcp_toolset", "mcp_server_name": "s3"}));
+    s.mcp_servers.push(server("s7"));
+    s.tools = tools;
+    let errs = errors(&s);
+    assert!(errs.iter().any(|e| e.starts_with("spec.tools[21].mcp_server_name: server \"s3\" already has an mcp_toolset entry at spec.tools[4]")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.starts_with(
+            "spec.mcpServers[20].name: server name \"s7\" is already declared at spec.mcpServers[7]"
+        )),
+        "{errs:?}"
+    );
+}
