@@ -402,6 +402,26 @@ pub fn base64(data: &[u8]) -> String {
     out
 }
 
+/// A hostPath PersistentVolume named `name` (no storage class, 1Gi, RWO,
+/// retained) on `dir`, made writable by any uid: the test cluster has no
+/// storage provisioner, so workspace claims bind an administrator's static
+/// volume like this one (hostPath volumes get no fsGroup).
+pub fn static_volume(k: &Kubectl, name: &str, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("volume dir");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let _ = k.run(
+        &["delete", "pv", name, "--ignore-not-found", "--wait=true"],
+        None,
+    );
+    let pv = format!(
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  hostPath: {{path: {}, type: Directory}}\n",
+        dir.display()
+    );
+    let r = k.apply(&pv);
+    assert!(r.ok, "pv {name}: {}", r.stderr);
+}
+
 /// A namespace made for one scenario, labelled as given; deleted on drop.
 #[derive(Debug)]
 pub struct Namespace {

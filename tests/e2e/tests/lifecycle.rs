@@ -1,0 +1,198 @@
+//! A session's life on the real cluster: suspended and resumed with its
+//! workspace and bash state, suspended after idling and woken by a call,
+//! ended at its lifetime. The test cluster has no storage provisioner, so
+//! the workspace claim binds a hostPath PersistentVolume the test makes
+//! (an administrator's static volume).
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::{
+    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, runner_image,
+    sandbox_image, static_volume, wait_for,
+};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(180);
+const PV: &str = "agentplane-e2e-lifecycle";
+
+fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(plugin_bin())
+        .args(["-n", ns])
+        .args(args)
+        .env("KUBECONFIG", &k.kubeconfig)
+        .output()
+        .expect("kubectl-agent runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+fn phase(k: &Kubectl, ns: &str, name: &str) -> Option<(String, Value)> {
+    let o = k.get(&["agentsession", name, "-n", ns])?;
+    Some((o["status"]["phase"].as_str()?.to_owned(), o))
+}
+
+fn wait_phase(k: &Kubectl, ns: &str, name: &str, want: &str) -> Value {
+    wait_for(&format!("{name} to be {want}"), T, || {
+        phase(k, ns, name).and_then(|(p, o)| (p == want).then_some(o))
+    })
+}
+
+fn pod_gone(k: &Kubectl, ns: &str, pod: &str) {
+    wait_for(&format!("pod {pod} to go"), T, || {
+        k.get(&["pod", pod, "-n", ns]).is_none().then_some(())
+    });
+}
+
+#[test]
+fn suspend_resume_idle_wake_and_lifetime() {
+    let k = Kubectl::from_env();
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log = logs.path().join("operator.log");
+    let data = tempfile::tempdir().expect("pv dir");
+    let result = std::panic::catch_unwind(|| scenario(&k, &log, data.path()));
+    let _ = k.run(
+        &[
+            "delete",
+            "namespace",
+            "e2e-lifecycle",
+            "--wait=true",
+            "--timeout=90s",
+        ],
+        None,
+    );
+    let _ = k.run(&["delete", "pv", PV, "--ignore-not-found"], None);
+    if let Err(e) = result {
+        eprintln!(
+            "---- operator log ----\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
+    install_crd(k);
+    static_volume(k, PV, pv_dir);
+    let certs = Certs::generate();
+    let runner = runner_image();
+    let _op = Operator::start(
+        &k.kubeconfig,
+        &certs,
+        free_port(),
+        log,
+        &["--runner-image", &runner],
+    );
+    let ns = Namespace::create(k, "e2e-lifecycle", &[]);
+    let keep = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: keep\nspec:\n  image: {}\n  tools: [{{type: agent_toolset_20260401}}]\n  workspace:\n    volumeClaimTemplate:\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources: {{requests: {{storage: 1Gi}}}}\n  lifetime: {{idleSuspendSeconds: 20, wakeOnCall: true}}\n",
+        sandbox_image()
+    );
+    let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&keep));
+    assert!(r.ok, "{}", r.stderr);
+    wait_phase(k, &ns.name, "keep", "Ready");
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &[
+            "bash",
+            "keep",
+            "--",
+            "mkdir -p /workspace/d && cd /workspace/d && echo hi > f && export FOO=bar",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+
+    // Suspended by the spec: the pod goes, the claim stays, calls are
+    // refused with what to type.
+    k.must(&[
+        "patch",
+        "agentsession",
+        "keep",
+        "-n",
+        &ns.name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"suspended":true}}"#,
+    ]);
+    let o = wait_phase(k, &ns.name, "keep", "Suspended");
+    assert_eq!(
+        condition(&o, "Suspended"),
+        Some(("True".into(), "Requested".into()))
+    );
+    pod_gone(k, &ns.name, "keep-sandbox");
+    assert!(
+        k.get(&["pvc", "keep-workspace", "-n", &ns.name]).is_some(),
+        "the claim is kept"
+    );
+    let (code, _, err) = agent(k, &ns.name, &["bash", "keep", "--", "true"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("suspended by its spec") && err.contains("\"suspended\":false"),
+        "{err}"
+    );
+
+    // Resumed: a new pod, the same files, cwd and variables.
+    k.must(&[
+        "patch",
+        "agentsession",
+        "keep",
+        "-n",
+        &ns.name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"suspended":false}}"#,
+    ]);
+    wait_phase(k, &ns.name, "keep", "Ready");
+    let (code, out, err) = agent(
+        k,
+        &ns.name,
+        &["bash", "keep", "--", "echo $FOO $(pwd) $(cat f)"],
+    );
+    assert_eq!((code, out.trim()), (0, "bar /workspace/d hi"), "{err}");
+
+    // Idle for 20 s: suspended, not ended.
+    let o = wait_phase(k, &ns.name, "keep", "Suspended");
+    assert_eq!(
+        condition(&o, "Suspended"),
+        Some(("True".into(), "Idle".into()))
+    );
+    pod_gone(k, &ns.name, "keep-sandbox");
+    // A call wakes it (wakeOnCall) and is served where it left off.
+    let (code, out, err) = agent(k, &ns.name, &["bash", "keep", "--", "echo $FOO $(pwd)"]);
+    assert_eq!((code, out.trim()), (0, "bar /workspace/d"), "{err}");
+    assert!(err.contains("waking"), "{err}");
+
+    // A lifetime: the session ends, phase Finished, pod gone.
+    let brief = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: brief\nspec:\n  image: {}\n  tools: [{{type: agent_toolset_20260401}}]\n  lifetime: {{maxLifetimeSeconds: 30}}\n",
+        sandbox_image()
+    );
+    let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&brief));
+    assert!(r.ok, "{}", r.stderr);
+    wait_phase(k, &ns.name, "brief", "Ready");
+    let o = wait_phase(k, &ns.name, "brief", "Finished");
+    assert_eq!(
+        condition(&o, "Ready"),
+        Some(("False".into(), "Finished".into()))
+    );
+    pod_gone(k, &ns.name, "brief-sandbox");
+    let (code, _, err) = agent(k, &ns.name, &["bash", "brief", "--", "true"]);
+    assert_eq!(code, 3, "a finished session serves nothing: {err}");
+}
