@@ -106,13 +106,21 @@ enum Seen {
 
 /// Reads a probe's output; anything but its two answers is a failure of
 /// the means (the plugin, the pod), not an outcome, and fails the test.
+/// The answer is looked for on its own line anywhere in stdout: the bash
+/// tool prints the command's stderr (bash's "Connection refused") after
+/// its stdout, in the same stream.
 fn seen(target: &Target, who: &str, code: Option<i32>, out: &str, err: &str) -> Seen {
-    let line = out.lines().last().unwrap_or_default().trim();
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("REACHED ") || l.starts_with("BLOCKED rc="))
+        .unwrap_or_default();
     if code == Some(0) && line == format!("REACHED {}", target.token) {
         return Seen::Reached;
     }
     if code == Some(0) && line.starts_with("BLOCKED rc=") {
-        return Seen::Blocked(format!("{line} ({})", err.trim()));
+        let detail = format!("{} {}", out.trim(), err.trim());
+        return Seen::Blocked(format!("{line} ({})", detail.trim()));
     }
     panic!("probe from {who} did not run (exit {code:?}): stdout {out:?}, stderr {err:?}")
 }
