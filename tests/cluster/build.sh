@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build (once) the pinned Kubernetes, etcd and helm binaries from the Go module
-# proxy into ~/.cache/agentplane/k8s-<version>/bin and reuse them afterwards.
+# Build (once) the pinned Kubernetes, etcd, helm and kube-router binaries from
+# the Go module proxy into ~/.cache/agentplane/k8s-<version>/bin and reuse them
+# afterwards.
 #
 #   tests/cluster/build.sh          build what is missing, print the bin dir
 #   tests/cluster/build.sh --force  rebuild everything
@@ -8,8 +9,8 @@
 #                                   another Kubernetes release: the staging modules
 #                                   k8s.io/* are pinned by replace to v0.X.Y
 #
-# Versions live in tests/cluster/go/{k8s,etcd,helm}/go.mod (+ go.sum). Each
-# component is rebuilt when the sha256 of its go.mod/go.sum changes.
+# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router}/go.mod (+ go.sum).
+# Each component is rebuilt when the sha256 of its go.mod/go.sum changes.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -125,6 +126,10 @@ main() {
 	build_component k8s "$GOMOD_DIR/k8s" "$k8s_ld" "${k8s_cmds[@]}" -- "${k8s_pkgs[@]}"
 	build_component etcd "$GOMOD_DIR/etcd" "" etcd -- go.etcd.io/etcd/server/v3
 	build_component helm "$GOMOD_DIR/helm" "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm -- helm.sh/helm/v4/cmd/helm
+	# kube-router runs firewall-only: the NetworkPolicy engine (docs/cluster.md).
+	p=github.com/cloudnativelabs/kube-router/v2
+	build_component kube-router "$GOMOD_DIR/kube-router" "-X $p/pkg/version.Version=$KUBE_ROUTER_VERSION -X $p/pkg/version.BuildDate=$date" \
+		kube-router -- "$p/cmd/kube-router"
 	log "build: all binaries ready in $BIN_DIR ($((SECONDS - t0))s)"
 	echo "$BIN_DIR"
 }

@@ -2,7 +2,8 @@
 # Single-node Kubernetes test cluster for agentplane, built from source (Go
 # module proxy) and run directly on this machine: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, containerd (+runc, CNI bridge),
-# kubelet and kube-proxy. No Docker, no registry. See docs/cluster.md.
+# kubelet, kube-proxy and kube-router (firewall only: it enforces NetworkPolicy).
+# No Docker, no registry. See docs/cluster.md.
 #
 #   cluster.sh up          start everything (idempotent: a 2nd up returns at once)
 #   cluster.sh down        stop exactly what up started, clean sandboxes, remove state
@@ -38,13 +39,17 @@ CNI_NET="agentplane"
 FWD_CHAIN="AGENTPLANE-FWD"
 IN_CHAIN="AGENTPLANE-IN"
 API_URL="https://127.0.0.1:$API_PORT"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router)
 # Host sysctls that kubelet (kernel tunables), kube-proxy (route_localnet) and the
 # CNI bridge (ip_forward) change: saved by up, restored by down.
 HOST_SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.bridge.bridge-nf-call-iptables
 	net.bridge.bridge-nf-call-ip6tables vm.overcommit_memory kernel.panic kernel.panic_on_oops
 	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-DEB_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack iproute2 openssl curl gcc libc6-dev)
+DEB_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack iproute2 openssl curl gcc libc6-dev)
+# What kube-router's NetworkPolicy controller creates: filter chains (top-level,
+# per pod, per policy) and ipsets (policy sources/destinations).
+KR_CHAINS='KUBE-ROUTER-[A-Z]+|KUBE-POD-FW-[A-Z0-9]+|KUBE-NWPLCY-[A-Z0-9]+'
+KR_SETS='^(inet6:)?(KUBE-SRC-|KUBE-DST-|kube-router-)'
 
 KUBECTL="$BIN_DIR/kubectl"
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
@@ -568,6 +573,49 @@ any_started() {
 	return 1
 }
 
+# kube-router's policy controller has hooked its chains into filter INPUT,
+# FORWARD and OUTPUT (its first sync).
+kube_router_synced() {
+	local rules c
+	rules=$(iptables-save -t filter 2>/dev/null) || return 1
+	for c in INPUT FORWARD OUTPUT; do
+		grep -q -- "^-A $c .*-j KUBE-ROUTER-$c\$" <<<"$rules" || return 1
+	done
+}
+
+# kube_router_leftovers: kube-router's chains and ipsets still on the host.
+kube_router_leftovers() {
+	iptables-save 2>/dev/null | grep -E -- "$KR_CHAINS" || true
+	command -v ipset >/dev/null && { ipset list -n 2>/dev/null | grep -E -- "$KR_SETS" || true; }
+}
+
+# Remove what kube-router's policy controller put on the host: its chains (by
+# name) and ipsets (by prefix). Not with `kube-router --cleanup-config`: in
+# v2.1.0 that cleans the policy controller through an uninitialized one (no
+# iptables or ipset handlers: it logs success and removes nothing), then
+# panics in the service proxy's cleanup, which would first have loaded ip_vs
+# and flushed every IPVS service on the host, ours or not (docs/cluster.md).
+teardown_kube_router() {
+	local rule chain set
+	# jumps from the built-in chains first, then flush every chain, then delete them
+	while IFS= read -r rule; do
+		# shellcheck disable=SC2086  # rule is an iptables-save argument list
+		eval "iptables -w -t filter ${rule/-A /-D }" 2>/dev/null || true
+	done < <(iptables-save -t filter 2>/dev/null | grep -E -- "^-A (INPUT|FORWARD|OUTPUT) .*-j ($KR_CHAINS)( |\$)" || true)
+	local chains
+	chains=$(iptables-save -t filter 2>/dev/null | sed -n 's/^:\([^ ]*\) .*/\1/p' | grep -xE -- "$KR_CHAINS" || true)
+	for chain in $chains; do iptables -w -t filter -F "$chain" 2>/dev/null || true; done
+	for chain in $chains; do iptables -w -t filter -X "$chain" 2>/dev/null || true; done
+	if command -v ipset >/dev/null; then
+		for set in $(ipset list -n 2>/dev/null | grep -E -- "$KR_SETS" || true); do
+			ipset destroy "$set" 2>/dev/null || log "warning: cannot destroy ipset $set"
+		done
+	fi
+	local left
+	left=$(kube_router_leftovers)
+	[[ -z "$left" ]] || { log "warning: kube-router left behind:"; printf '%s\n' "$left" >&2; }
+}
+
 node_ready() {
 	[[ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
@@ -660,6 +708,18 @@ cmd_up() {
 	start kube-proxy "$BIN_DIR/kube-proxy" --config "$STATE_DIR/kube-proxy/config.yaml"
 	wait_for kube-proxy 60 "kube-proxy /healthz" curl -sf --max-time 2 http://127.0.0.1:10256/healthz
 
+	# NetworkPolicy: kube-router's policy controller alone (no routing, no
+	# service proxy: the CNI bridge and kube-proxy do those). It reads the node
+	# (InternalIP), pods, namespaces and policies; no listening port at all
+	# (health and metrics off: its health server would also serve pprof).
+	start kube-router "$BIN_DIR/kube-router" \
+		--kubeconfig "$KUBECONFIG_PATH" --hostname-override "$NODE_NAME" \
+		--run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+		--enable-cni=false --enable-ipv4=true --enable-ipv6=false \
+		--service-cluster-ip-range "$SERVICE_CIDR" \
+		--health-port 0 --metrics-port 0 --iptables-sync-period 1m
+	wait_for kube-router 60 "kube-router's filter chains" kube_router_synced
+
 	# A pod can run: default service account exists, a pod reaches Running.
 	wait_for kube-controller-manager 60 "default service account" kc -n default get serviceaccount default
 	wait_for kube-controller-manager 60 "kube-root-ca.crt configmap" kc -n default get configmap kube-root-ca.crt
@@ -711,6 +771,8 @@ cmd_down() {
 			sleep 1
 		done
 	fi
+	stop kube-router
+	teardown_kube_router
 	stop kube-proxy
 	if [[ -x "$BIN_DIR/kube-proxy" ]]; then
 		"$BIN_DIR/kube-proxy" --cleanup >>"$LOG_DIR/kube-proxy-cleanup.log" 2>&1 || true
@@ -793,7 +855,8 @@ cmd_status() {
 		printf '%-24s ok (%s)\n' "apiserver /readyz" "$API_URL"
 		printf '%-24s %s\n' "node $NODE_NAME" "$(node_ready && echo Ready || echo NotReady)"
 	fi
-	printf 'kubernetes %s, etcd %s, helm %s; kubeconfig %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$HELM_VERSION" "$KUBECONFIG_PATH"
+	printf 'kubernetes %s, etcd %s, helm %s, kube-router %s; kubeconfig %s\n' "$K8S_VERSION" "$ETCD_VERSION" \
+		"$HELM_VERSION" "$KUBE_ROUTER_VERSION" "$KUBECONFIG_PATH"
 	if [[ $up -eq $total ]] && node_ready; then return 0; fi
 	[[ $up -eq 0 ]] && return 3
 	return 1

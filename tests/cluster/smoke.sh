@@ -287,6 +287,43 @@ else
 	fail "pod -> API server via kubernetes Service" "$out$(kc -n "$NS" logs api-client 2>&1 | tail -5)$(kc -n "$NS" describe pod api-client 2>&1 | tail -10)"
 fi
 
+# --- 7b. NetworkPolicy enforced (kube-router, firewall only) ------------------------------------
+# A policy that admits no ingress to web: sandbox -> web is refused; deleting it reopens the path.
+np_probe() { # np_probe -> "open" or "closed"
+	if kc -n "$NS" exec sandbox -- timeout 3 bash -c "exec 3<>/dev/tcp/$web_ip/8080" >/dev/null 2>&1; then echo open; else echo closed; fi
+}
+np_wait() { # np_wait WANT: probe until WANT, 30 s at most
+	local i
+	for i in $(seq 1 30); do
+		[[ "$(np_probe)" == "$1" ]] && return 0
+		sleep 1
+	done
+	return 1
+}
+kc -n "$NS" apply -f - >/dev/null 2>&1 <<EOF || true
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: web-deny-ingress
+spec:
+  podSelector: {matchLabels: {app: smoke-web}}
+  policyTypes: [Ingress]
+EOF
+t0=$(now_ms)
+if [[ -n "$web_ip" ]] && np_wait closed; then
+	closed_ms=$(($(now_ms) - t0))
+	kc -n "$NS" delete networkpolicy web-deny-ingress >/dev/null 2>&1 || true
+	if np_wait open; then
+		FIGURES+=("NetworkPolicy on the node's rules in: $(secs "$closed_ms")s")
+		pass "NetworkPolicy enforced: sandbox -> web refused under a deny-ingress policy ($(secs "$closed_ms")s), open again once deleted"
+	else
+		fail "NetworkPolicy deleted: sandbox -> web still refused after 30s"
+	fi
+else
+	fail "NetworkPolicy enforced" "ip=$web_ip: sandbox -> web still open 30s after a deny-ingress policy; $(tail -5 "$LOG_DIR/kube-router.log" 2>&1)"
+fi
+kc -n "$NS" delete networkpolicy web-deny-ingress --ignore-not-found >/dev/null 2>&1 || true
+
 # --- 8. validating admission webhook: API server -> Service (kube-proxy) -> pod, TLS ------
 wh=$(mktemp -d)
 (
@@ -393,10 +430,13 @@ else
 			[[ -n "$st" && "$st" != Z ]] && alive+="$p($st) "
 		done
 		mounts=$(awk -v a="$STATE_DIR" -v b="$RUN_DIR" 'index($5, a) == 1 || index($5, b) == 1' /proc/self/mountinfo)
-		if [[ -z "$alive" && -z "$mounts" && ! -e "$STATE_DIR" && ! -e "$RUN_DIR" ]] && ! ip link show apbr0 >/dev/null 2>&1; then
-			pass "cluster.sh down: no process, mount, bridge or state left ($(secs "$down_ms")s)"
+		# kube-router's filter chains and ipsets (cluster.sh's KR_CHAINS, KR_SETS)
+		netpol=$( (iptables-save 2>/dev/null | grep -E 'KUBE-ROUTER-|KUBE-POD-FW-|KUBE-NWPLCY-'
+			ipset list -n 2>/dev/null | grep -E '^(inet6:)?(KUBE-SRC-|KUBE-DST-|kube-router-)') || true)
+		if [[ -z "$alive" && -z "$mounts" && -z "$netpol" && ! -e "$STATE_DIR" && ! -e "$RUN_DIR" ]] && ! ip link show apbr0 >/dev/null 2>&1; then
+			pass "cluster.sh down: no process, mount, bridge, state or NetworkPolicy rule left ($(secs "$down_ms")s)"
 		else
-			fail "cluster.sh down leftovers" "alive pids: $alive; mounts: $mounts; $(ls -d "$STATE_DIR" "$RUN_DIR" 2>&1)"
+			fail "cluster.sh down leftovers" "alive pids: $alive; mounts: $mounts; kube-router: $netpol; $(ls -d "$STATE_DIR" "$RUN_DIR" 2>&1)"
 		fi
 	else
 		fail "cluster.sh down" "$out"

@@ -298,8 +298,8 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
         serde_json::from_str(cm["data"]["toolset.json"].as_str().expect("data")).expect("json");
     assert_eq!(resolved["policies"]["write"], "always_ask");
     // Its NetworkPolicy, owned by the session, admits no ingress and only
-    // cluster DNS out (no --egress-allow-cidr given). The test cluster's
-    // CNI does not enforce it; the object is what is checked here.
+    // cluster DNS out (no --egress-allow-cidr given). The object is what is
+    // checked here; tests/egress.rs checks that the cluster enforces it.
     let np = k
         .get(&["networkpolicy", "demo-egress", "-n", &ns.name])
         .expect("the session's NetworkPolicy");

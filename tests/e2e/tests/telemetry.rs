@@ -188,12 +188,15 @@ fn scenario(k: &Kubectl, collector: &Collector, port: u16, log: &Path) {
     let certs = Certs::generate();
     let endpoint = format!("http://127.0.0.1:{port}");
     let runner = runner_image();
+    // The sandbox's egress policy must let the runner reach the collector on
+    // the node IP once the cluster enforces NetworkPolicy.
+    let allow = format!("{}/32", host_ip());
     let _op = Operator::start_with_env(
         &k.kubeconfig,
         &certs,
         free_port(),
         log,
-        &["--runner-image", &runner],
+        &["--runner-image", &runner, "--egress-allow-cidr", &allow],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             // Export spans each second rather than every five.
