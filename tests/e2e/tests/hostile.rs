@@ -197,9 +197,24 @@ fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
     while started.elapsed() < WATCH {
         std::thread::sleep(Duration::from_secs(1));
     }
+    // One change of our own, so the count is known to see writes at all.
+    k.must(&[
+        "annotate",
+        "agentsession",
+        "redirect",
+        "-n",
+        &ns.name,
+        "e2e/marker=1",
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
     let _ = watch.0.kill();
     let out = watch.0.wait_with_output_after_kill();
-    let writes = out.lines().filter(|l| !l.trim().is_empty()).count();
+    let lines = out.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(
+        lines >= 1,
+        "the watch saw not even the test's own annotation"
+    );
+    let writes = lines - 1;
     let events_after: Vec<u64> = cases
         .iter()
         .map(|(p, _)| event_count(k, &ns.name, p))
