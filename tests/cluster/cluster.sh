@@ -8,6 +8,7 @@
 #   cluster.sh up          start everything (idempotent: a 2nd up returns at once)
 #   cluster.sh down        stop exactly what up started, clean sandboxes, remove state
 #   cluster.sh status      per-component status; exit 0 when fully up
+#   cluster.sh restart-apiserver  SIGKILL the API server and start it again
 #   cluster.sh kubeconfig  print the admin kubeconfig path
 #   cluster.sh build       build the pinned binaries into the cache (once)
 #   cluster.sh image NAME SRC [CMD...]  pack a static binary or rootfs dir (or an
@@ -620,6 +621,44 @@ node_ready() {
 	[[ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
+# start_apiserver: the API server with this cluster's flags, then wait for
+# /readyz (used by up and by restart-apiserver).
+start_apiserver() {
+	start kube-apiserver "$BIN_DIR/kube-apiserver" \
+		--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+		--bind-address 0.0.0.0 --secure-port "$API_PORT" --advertise-address "$HOST_IP" \
+		--tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+		--client-ca-file "$PKI_DIR/ca.crt" \
+		--kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" \
+		--kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
+		--kubelet-certificate-authority "$PKI_DIR/ca.crt" \
+		--kubelet-preferred-address-types InternalIP,Hostname \
+		--service-cluster-ip-range "$SERVICE_CIDR" \
+		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file "$PKI_DIR/sa.pub" \
+		--service-account-signing-key-file "$PKI_DIR/sa.key" \
+		--api-audiences https://kubernetes.default.svc.cluster.local \
+		--authorization-mode Node,RBAC \
+		--enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
+		--allow-privileged=true \
+		--profiling=false \
+		--endpoint-reconciler-type lease
+	wait_for kube-apiserver 120 "apiserver /readyz" curl_api /readyz
+}
+
+# restart-apiserver: SIGKILL the API server and start it again, the other
+# components left running (a control-plane fault, for chaos tests).
+cmd_restart_apiserver() {
+	is_up || die "restart-apiserver: the cluster is not fully up"
+	local pid
+	read -r pid _ <"$(pidfile kube-apiserver)"
+	kill -KILL "$pid" 2>/dev/null || true
+	while [[ -d "/proc/$pid" && "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]]; do sleep 0.1; done
+	rm -f "$(pidfile kube-apiserver)"
+	log "killed kube-apiserver (pid $pid)"
+	start_apiserver
+}
+
 cmd_up() {
 	local t0
 	t0=$(now_ms)
@@ -656,26 +695,7 @@ cmd_up() {
 		--unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
 	wait_for etcd 60 "etcd /health" curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
 
-	start kube-apiserver "$BIN_DIR/kube-apiserver" \
-		--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-		--bind-address 0.0.0.0 --secure-port "$API_PORT" --advertise-address "$HOST_IP" \
-		--tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
-		--client-ca-file "$PKI_DIR/ca.crt" \
-		--kubelet-client-certificate "$PKI_DIR/apiserver-kubelet-client.crt" \
-		--kubelet-client-key "$PKI_DIR/apiserver-kubelet-client.key" \
-		--kubelet-certificate-authority "$PKI_DIR/ca.crt" \
-		--kubelet-preferred-address-types InternalIP,Hostname \
-		--service-cluster-ip-range "$SERVICE_CIDR" \
-		--service-account-issuer https://kubernetes.default.svc.cluster.local \
-		--service-account-key-file "$PKI_DIR/sa.pub" \
-		--service-account-signing-key-file "$PKI_DIR/sa.key" \
-		--api-audiences https://kubernetes.default.svc.cluster.local \
-		--authorization-mode Node,RBAC \
-		--enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
-		--allow-privileged=true \
-		--profiling=false \
-		--endpoint-reconciler-type lease
-	wait_for kube-apiserver 120 "apiserver /readyz" curl_api /readyz
+	start_apiserver
 
 	start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
 		--kubeconfig "$STATE_DIR/controller-manager.kubeconfig" \
@@ -881,11 +901,12 @@ main() {
 	kubeconfig) echo "$KUBECONFIG_PATH" ;;
 	build) "$HERE/build.sh" "$@" ;;
 	image) cmd_image "$@" ;;
+	restart-apiserver) cmd_restart_apiserver ;;
 	kubectl) kc "$@" ;;
 	helm) KUBECONFIG="$KUBECONFIG_PATH" "$BIN_DIR/helm" "$@" ;;
 	env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$%s"\n' "$KUBECONFIG_PATH" "$BIN_DIR" PATH ;;
-	help | -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
-	*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	help | -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' ;;
+	*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 }
 

@@ -9,7 +9,9 @@
 //! operator still creates, owns and loses their pods. At the end: every
 //! survivor Ready, exactly one pod per survivor, and after the garbage
 //! collector settles no pod, ConfigMap or NetworkPolicy of a deleted
-//! session.
+//! session. Halfway through the churn the API server itself is killed with
+//! SIGKILL and started again (`tests/cluster/cluster.sh restart-apiserver`);
+//! the operator must recover by itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -144,6 +146,7 @@ fn main() {
     let mut live: Vec<String> = Vec::new();
     let mut deleted = 0u64;
     let mut i = 0u64;
+    let mut apiserver_restarts = 0u64;
     while i < total {
         let mut yaml = String::new();
         let mut this = Vec::new();
@@ -156,13 +159,38 @@ fn main() {
             yaml.push_str(&session(&name, survivor));
             this.push(name);
         }
-        let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&yaml));
-        assert!(r.ok, "apply: {}", r.stderr);
+        if i == (total / batch / 2) * batch {
+            let out = std::process::Command::new(e2e::root().join("tests/cluster/cluster.sh"))
+                .arg("restart-apiserver")
+                .output()
+                .expect("cluster.sh runs");
+            assert!(
+                out.status.success(),
+                "restart-apiserver: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            apiserver_restarts += 1;
+        }
+        // The API server may be coming back: retry, bounded.
+        wait_for("the batch to apply", Duration::from_secs(120), || {
+            k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&yaml))
+                .ok
+                .then_some(())
+        });
         let doomed: Vec<String> = live.drain(..).filter(|n| !kept.contains(n)).collect();
         if !doomed.is_empty() {
-            let mut args = vec!["delete", "agentsession", "-n", &ns.name, "--wait=false"];
+            let mut args = vec![
+                "delete",
+                "agentsession",
+                "-n",
+                &ns.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ];
             args.extend(doomed.iter().map(String::as_str));
-            k.must(&args);
+            wait_for("the batch to delete", Duration::from_secs(120), || {
+                k.run(&args, None).ok.then_some(())
+            });
             deleted += doomed.len() as u64;
         }
         live = this;
@@ -255,7 +283,7 @@ fn main() {
         );
     }
     println!(
-        "chaos: {total} sessions created and {deleted} deleted in {:.0} s while {} operator replicas were killed with SIGKILL (2 replicas, Lease election); {} survivors Ready {:.0} s after the churn; duplicate pods 0; orphan pods/ConfigMaps/NetworkPolicies 0 after {:.0} s",
+        "chaos: {total} sessions created and {deleted} deleted in {:.0} s while {} operator replicas were killed with SIGKILL (2 replicas, Lease election) and the API server was killed and restarted {apiserver_restarts} time(s); {} survivors Ready {:.0} s after the churn; duplicate pods 0; orphan pods/ConfigMaps/NetworkPolicies 0 after {:.0} s",
         churned.as_secs_f64(),
         killed.load(Ordering::SeqCst),
         kept.len(),
