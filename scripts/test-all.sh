@@ -3,7 +3,8 @@
 #   1. formatting and lints
 #   2. Rust unit, property and process-level tests (toolset, runner over its
 #      socket, operator pure parts, the operator's MCP client against a real
-#      MCP server), then the conformance suite (the runner against the Go
+#      MCP server), a one-minute run of each fuzz target (needs the nightly
+#      toolchain; cargo-fuzz is installed on first use), then the conformance suite (the runner against the Go
 #      reference implementation, 303 call sequences)
 #   3. the cluster harness smoke tests (real etcd, kube-apiserver, kubelet,
 #      containerd) -- they bring a cluster up and down themselves
@@ -36,6 +37,9 @@ export AGENTPLANE_GRPCURL
 
 step "cargo test: unit, property and process-level tests"
 cargo test --workspace --locked --exclude e2e
+
+step "fuzz: every fuzz target for 60 s (libFuzzer via cargo-fuzz, nightly; fuzz/, docs/reliability.md)"
+scripts/fuzz.sh --time 60
 
 step "conformance: the runner against the reference (anthropic-sdk-go v2.17.0 tools/agenttoolset), call by call"
 tests/conformance/run.sh "$CARGO_TARGET_DIR/debug/agent-sidecar"

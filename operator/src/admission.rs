@@ -4,12 +4,11 @@
 //! business, and a webhook that decodes the whole object breaks on fields
 //! it does not know.
 
-use crds::AgentSessionSpec;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
 use crate::policy::{self, SessionPolicy};
-use crate::validation::check_spec;
+use crate::validation::{check_spec, decode_spec};
 
 /// What the webhook decided, before it is wrapped for the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,14 +29,14 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, session_policy: &SessionPol
         };
     }
     let Some(obj) = req.object.as_ref() else {
-        return deny("the request carries no object".into());
+        return deny("request.object: required but missing".into());
     };
     let Some(spec) = obj.data.get("spec") else {
         return deny("spec: required but missing".into());
     };
-    let spec: AgentSessionSpec = match serde_json::from_value(spec.clone()) {
+    let spec = match decode_spec(spec.clone()) {
         Ok(s) => s,
-        Err(e) => return deny(format!("spec: {e}")),
+        Err(finding) => return deny(finding.to_string()),
     };
     let mut findings = check_spec(&spec);
     findings.errors.extend(policy::check(&spec, session_policy));

@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 
 use crate::resolution::{self, Listings};
 use crate::validation;
-use crds::AgentSessionSpec;
 
 /// The verdict on one manifest document.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,10 +33,10 @@ pub fn check_manifest(text: &str) -> Result<Vec<Verdict>, String> {
             .unwrap_or("(unnamed)")
             .to_owned();
         let spec_value = value.get("spec").cloned().unwrap_or(Value::Null);
-        let spec: AgentSessionSpec = match serde_json::from_value(spec_value) {
+        let spec = match validation::decode_spec(spec_value) {
             Ok(s) => s,
-            Err(e) => {
-                let error = format!("spec: {e}");
+            Err(finding) => {
+                let error = finding.to_string();
                 out.push(Verdict {
                     name: name.clone(),
                     errors: vec![error.clone()],

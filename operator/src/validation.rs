@@ -66,6 +66,22 @@ impl Findings {
     }
 }
 
+/// Decodes a spec, naming the path of the first thing that does not fit it
+/// (`spec.mcpServers[0].url`; `spec` itself for a missing field or a spec
+/// that is not an object, the message then naming the field).
+pub fn decode_spec(value: serde_json::Value) -> Result<AgentSessionSpec, Finding> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = match e.path().to_string().as_str() {
+            "." => "spec".to_owned(),
+            p => format!("spec.{p}"),
+        };
+        Finding {
+            path,
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
 /// The parsed `tools[]` of a spec: each entry serialised and classified
 /// once, for the check and the resolution alike.
 pub fn entries(spec: &AgentSessionSpec) -> Entries {

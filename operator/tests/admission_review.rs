@@ -80,11 +80,24 @@ fn warns_without_denying() {
 fn a_spec_that_is_not_a_spec_is_denied() {
     let resp = answer("CREATE", json!({"tools": "nope"}));
     assert_eq!(resp["response"]["allowed"], false);
+    let message = resp["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
+    // The denial names the path of what does not fit, not only `spec`.
     assert!(
-        resp["response"]["status"]["message"]
-            .as_str()
-            .expect("message")
-            .starts_with("spec: ")
+        message.starts_with("spec.tools: invalid type: string \"nope\""),
+        "{message}"
+    );
+    let resp = answer(
+        "CREATE",
+        json!({"mcpServers": [{"name": "a", "type": "url"}]}),
+    );
+    let message = resp["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
+    assert!(
+        message.starts_with("spec.mcpServers[0]: missing field `url`"),
+        "{message}"
     );
 }
 
@@ -124,4 +137,22 @@ fn a_secret_reference_is_denied_unless_the_platform_allows_it() {
     };
     let (allowed, _) = review(&body, &allowing).expect("a review");
     assert!(allowed.allowed, "{:?}", allowed.message);
+}
+
+/// Every denial names a path first (the admission_review fuzz target's
+/// invariant), the request without an object included.
+#[test]
+fn a_create_without_an_object_is_denied_naming_it() {
+    let mut body: Value = serde_json::from_slice(&request("CREATE", json!({}))).expect("json");
+    body["request"]["object"] = Value::Null;
+    let (decision, _) = review(
+        &serde_json::to_vec(&body).expect("json"),
+        &SessionPolicy::default(),
+    )
+    .expect("a review");
+    assert!(!decision.allowed);
+    assert_eq!(
+        decision.message.as_deref(),
+        Some("request.object: required but missing")
+    );
 }

@@ -33,6 +33,25 @@ pub mod telemetry;
 pub mod tools;
 
 pub use error::Error;
+
+/// Internals the fuzz targets (`fuzz/`) drive directly. Not part of the API:
+/// nothing outside the fuzz crate calls these, and they may change freely.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::tools::check_input;
+
+    /// The head of an over-budget output, cut so that head, newline,
+    /// notice and trailer fit [`toolset::MAX_OUTPUT_BYTES`].
+    pub fn compose(head: &str, notice: &str, trailer: &str) -> String {
+        crate::output::compose(head, notice, trailer)
+    }
+
+    /// Bytes read from an output file as text: lossy UTF-8, a character
+    /// cut by the read limit (`cut`) dropped rather than replaced.
+    pub fn bytes_to_text(bytes: Vec<u8>, cut: bool) -> String {
+        crate::output::bytes_to_text(bytes, cut)
+    }
+}
 pub use runner::{Limits, Runner, RunnerConfig, ToolResult};
 /// The gRPC types, generated in `runner-api` from its `proto/runner.proto`.
 pub use runner_api::proto;

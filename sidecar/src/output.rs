@@ -274,7 +274,7 @@ fn append_trailer(s: &mut String, trailer: &str) {
 }
 
 /// head, cut so that head + "\n" + notice + trailer fits the budget.
-fn compose(head: &str, notice: &str, trailer: &str) -> String {
+pub(crate) fn compose(head: &str, notice: &str, trailer: &str) -> String {
     let tail_len = 1 + notice.len() + trailer.len();
     let keep = MAX_OUTPUT_BYTES.saturating_sub(tail_len);
     let mut s = String::with_capacity(MAX_OUTPUT_BYTES);
@@ -397,7 +397,7 @@ pub fn read_head(path: &Path, limit: usize) -> io::Result<(String, bool)> {
 
 /// Lossy UTF-8, except that a multi-byte character cut by the read limit is
 /// dropped rather than turned into U+FFFD.
-fn bytes_to_text(mut bytes: Vec<u8>, cut: bool) -> String {
+pub(crate) fn bytes_to_text(mut bytes: Vec<u8>, cut: bool) -> String {
     if cut
         && let Err(e) = std::str::from_utf8(&bytes)
         && e.error_len().is_none()

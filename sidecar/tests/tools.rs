@@ -80,15 +80,18 @@ async fn bash_exit_codes_and_bad_input() {
     );
     assert_eq!(s.ok("bash", json!({"command": "true"})).await, "");
     assert_eq!(s.err("bash", json!({})).await, "bash: command is required");
+    // A field of the wrong type is named, as the reference's decoder names it.
+    let wrong = s.err("bash", json!({"command": 5})).await;
     assert!(
-        s.err("bash", json!({"command": 5}))
-            .await
-            .starts_with("invalid bash input: invalid type")
+        wrong.starts_with("invalid bash input: command: invalid type"),
+        "{wrong}"
     );
+    let wrong = s
+        .err("bash", json!({"command": "true", "timeout_ms": "x"}))
+        .await;
     assert!(
-        s.err("bash", json!({"command": "true", "timeout_ms": "x"}))
-            .await
-            .starts_with("invalid bash input")
+        wrong.starts_with("invalid bash input: timeout_ms: invalid type"),
+        "{wrong}"
     );
     let over = s
         .err(

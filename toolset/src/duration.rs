@@ -12,7 +12,11 @@ pub(crate) struct Signed {
 }
 
 /// Parses `[-+]?(\d*(\.\d*)?unit)+` with units ns, us, µs, ms, s, m, h, or a
-/// bare `0`. `None` when the text is not a duration at all.
+/// bare `0`, as Go's `time.ParseDuration` does: the same syntax and the same
+/// range (a magnitude of at most 2^63-1 ns, 2^63 ns when negative). A
+/// fraction is truncated to whole nanoseconds exactly where Go computes it in
+/// `float64`, so the two can differ by a nanosecond per fractional
+/// component. `None` when the text is not a duration at all.
 pub(crate) fn parse(text: &str) -> Option<Signed> {
     let (negative, mut rest) = match text.as_bytes().first() {
         Some(b'-') => (true, &text[1..]),
@@ -61,14 +65,32 @@ pub(crate) fn parse(text: &str) -> Option<Signed> {
         } else {
             int_part.parse().ok()?
         };
-        let mut nanos = whole.checked_mul(scale)?;
-        let mut place = scale;
-        for digit in frac_part.bytes().take(30) {
-            place /= 10;
-            nanos = nanos.checked_add(u128::from(digit - b'0') * place)?;
+        // The fraction as one numerator over a power of ten, scaled and
+        // truncated once: dividing the unit by ten per digit would drop the
+        // remainder of every step (a digit of an hour's 13th decimal place
+        // was worth 3 ns instead of 3.6). Digits past the 25th cannot move
+        // the result by a nanosecond and are read but not counted, as Go
+        // stops counting them once its accumulator would overflow.
+        let (mut numerator, mut denominator) = (0u128, 1u128);
+        for digit in frac_part.bytes().take(25) {
+            numerator = numerator * 10 + u128::from(digit - b'0');
+            denominator *= 10;
         }
+        let nanos = whole
+            .checked_mul(scale)?
+            .checked_add(numerator * scale / denominator)?;
         total = total.checked_add(nanos)?;
         rest = after;
+    }
+    // Go's Duration is an int64 of nanoseconds: it refuses a magnitude past
+    // that (about 292 years), where -2^63 ns is the one negative extra.
+    let limit = if negative {
+        1u128 << 63
+    } else {
+        (1u128 << 63) - 1
+    };
+    if total > limit {
+        return None;
     }
     let secs = u64::try_from(total / 1_000_000_000).ok()?;
     let sub = u32::try_from(total % 1_000_000_000).ok()?;
@@ -153,6 +175,28 @@ mod tests {
         ok("3\u{3bc}s", false, Duration::from_micros(3));
         ok("7ns", false, Duration::from_nanos(7));
         ok("1h1m1s1ms", false, Duration::from_millis(3_661_001));
+        // Go gives 9 ns (25 * 0.36) and 25 ns (7 * 3.6); the fraction used
+        // to lose the remainder of dividing the unit by ten at every digit
+        // and gave 6 ns and 21 ns (found porting Go's algorithm for the
+        // duration fuzz target).
+        ok("0.0000000000025h", false, Duration::from_nanos(9));
+        ok("0.000000000007h", false, Duration::from_nanos(25));
+        // Go's range: 2^63-1 ns, and 2^63 ns when negative.
+        ok(
+            "9223372036854775807ns",
+            false,
+            Duration::from_nanos(i64::MAX as u64),
+        );
+        ok(
+            "-9223372036854775808ns",
+            true,
+            Duration::from_nanos(1 << 63),
+        );
+        ok(
+            "2562047h47m16.854775807s",
+            false,
+            Duration::from_nanos(i64::MAX as u64),
+        );
     }
 
     #[test]
@@ -172,6 +216,9 @@ mod tests {
             "--30m",
             "1e3s",
             "99999999999999999999999h",
+            // Past Go's int64 nanoseconds.
+            "2562048h",
+            "9223372036854775808ns",
         ] {
             assert_eq!(parse(t), None, "{t:?}");
         }

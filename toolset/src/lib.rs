@@ -55,6 +55,19 @@ pub use policy::PermissionPolicy;
 pub use resolved::{ResolvedToolset, entry_type};
 pub use stall::{check_stall_default, parse_stall_timeout, stall_floor};
 
+/// Internals the fuzz targets (`fuzz/`) drive directly. Not part of the API:
+/// nothing outside the fuzz crate calls these, and they may change freely.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::time::Duration;
+
+    /// The Go-duration parser behind [`crate::parse_stall_timeout`], as
+    /// `(negative, magnitude)`.
+    pub fn parse_duration(text: &str) -> Option<(bool, Duration)> {
+        crate::duration::parse(text).map(|d| (d.negative, d.magnitude))
+    }
+}
+
 /// The policy an `agent_toolset_20260401` entry resolves to when it sets
 /// none. Documented by the wire ("the agent toolset defaults to
 /// `always_allow`"), and a constant rather than a value frozen into stored

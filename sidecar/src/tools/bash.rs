@@ -34,34 +34,53 @@ struct Input {
     timeout_ms: Option<i64>,
 }
 
-pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Output, Error> {
-    let input: Input = match parse("bash", input) {
-        Ok(i) => i,
-        Err(out) => return Ok(out),
-    };
-    // Every refusal comes before `restart` acts, so bad input changes nothing.
-    let timeout = match timeout(input.timeout_ms) {
-        Ok(t) => t,
-        Err(out) => return Ok(out),
-    };
+/// A bash call as its input asks for it, checked before anything runs.
+struct Request {
+    /// `None` only with `restart`.
+    command: Option<String>,
+    restart: bool,
+    timeout: Duration,
+}
+
+/// Every refusal, before `restart` acts, so bad input changes nothing.
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("bash", input)?;
+    let timeout = timeout(input.timeout_ms)?;
     // Only an empty command is missing: "   " is a command (it does nothing).
     let command = input.command.filter(|c| !c.is_empty());
     if command.as_deref().is_some_and(|c| c.contains('\0')) {
-        return Ok(Output::error(
+        return Err(Output::error(
             "bash: command contains a NUL byte, which a shell command cannot hold",
         ));
     }
-    if input.restart {
-        restart(ctx)?;
-        if command.is_none() {
-            return Ok(Output::ok("bash session restarted"));
-        }
+    if command.is_none() && !input.restart {
+        return Err(Output::error("bash: command is required"));
     }
-    let Some(command) = command else {
-        return Ok(Output::error("bash: command is required"));
+    Ok(Request {
+        command,
+        restart: input.restart,
+        timeout,
+    })
+}
+
+/// [`request`]'s refusal, if any (for the fuzz targets).
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    request(input).map(drop)
+}
+
+pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Output, Error> {
+    let req = match request(input) {
+        Ok(r) => r,
+        Err(out) => return Ok(out),
+    };
+    if req.restart {
+        restart(ctx)?;
+    }
+    let Some(command) = req.command else {
+        return Ok(Output::ok("bash session restarted"));
     };
 
-    exec(ctx, &command, timeout, live).await
+    exec(ctx, &command, req.timeout, live).await
 }
 
 /// `timeout_ms`: absent or 0 means the default; over the maximum is refused

@@ -22,23 +22,41 @@ struct Input {
     replace_all: bool,
 }
 
-pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
-    let input: Input = match parse("edit", input) {
-        Ok(i) => i,
-        Err(out) => return out,
-    };
-    let file_path = match required("edit", "file_path", &input.file_path) {
-        Ok(p) => p,
-        Err(out) => return out,
-    };
-    let old = match required("edit", "old_string", &input.old_string) {
-        Ok(s) => s,
-        Err(out) => return out,
-    };
+/// An edit as its input asks for it, checked before the file is touched.
+struct Request {
+    file_path: String,
+    old: String,
+    new: String,
+    replace_all: bool,
+}
+
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("edit", input)?;
+    let file_path = required("edit", "file_path", &input.file_path)?.to_owned();
+    let old = required("edit", "old_string", &input.old_string)?.to_owned();
     // An empty new_string deletes; an absent one is a malformed call.
-    let Some(new) = input.new_string.as_deref() else {
-        return Output::error("edit: new_string is required");
+    let Some(new) = input.new_string else {
+        return Err(Output::error("edit: new_string is required"));
     };
+    Ok(Request {
+        file_path,
+        old,
+        new,
+        replace_all: input.replace_all,
+    })
+}
+
+/// [`request`]'s refusal, if any (for the fuzz targets).
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    request(input).map(drop)
+}
+
+pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
+    let req = match request(input) {
+        Ok(r) => r,
+        Err(out) => return out,
+    };
+    let (file_path, old, new) = (req.file_path.as_str(), req.old.as_str(), req.new.as_str());
     let (path, key) = match ctx.target("edit", file_path) {
         Ok(t) => t,
         Err(out) => return out,
@@ -50,7 +68,7 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
         Ok(c) => c,
         Err(out) => return out,
     };
-    let (updated, count) = match replace(&content, old, new, input.replace_all, file_path) {
+    let (updated, count) = match replace(&content, old, new, req.replace_all, file_path) {
         Ok(r) => r,
         Err(out) => return out,
     };

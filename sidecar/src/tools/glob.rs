@@ -25,17 +25,51 @@ struct Input {
     path: Option<String>,
 }
 
+/// A glob as its input asks for it, checked before anything is walked.
+struct Request {
+    pattern: String,
+    path: Option<String>,
+}
+
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("glob", input)?;
+    let pattern = required("glob", "pattern", &input.pattern)?.to_owned();
+    Ok(Request {
+        pattern,
+        path: input.path,
+    })
+}
+
+/// An absolute pattern's part below `/`.
+fn absolute(pattern: &str) -> Option<&str> {
+    pattern
+        .strip_prefix('/')
+        .map(|rest| rest.trim_start_matches('/'))
+}
+
+fn invalid_pattern(pattern: &str, e: &globset::Error) -> Output {
+    Output::error(format!("glob: invalid pattern {pattern:?}: {e}"))
+}
+
+/// [`request`]'s refusal, or the pattern's, if any (for the fuzz targets).
+/// The pattern is compiled against a fixed base: the base only decides
+/// where the walk starts, not whether the pattern is one.
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    let req = request(input)?;
+    let rel = absolute(&req.pattern).unwrap_or(&req.pattern);
+    Plan::new(Path::new("/"), rel)
+        .map(drop)
+        .map_err(|e| invalid_pattern(&req.pattern, &e))
+}
+
 pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
-    let input: Input = match parse("glob", input) {
-        Ok(i) => i,
+    let input = match request(input) {
+        Ok(r) => r,
         Err(out) => return out,
     };
-    let pattern = match required("glob", "pattern", &input.pattern) {
-        Ok(p) => p,
-        Err(out) => return out,
-    };
-    let (base, rel_pattern) = if let Some(rest) = pattern.strip_prefix('/') {
-        (PathBuf::from("/"), rest.trim_start_matches('/'))
+    let pattern = input.pattern.as_str();
+    let (base, rel_pattern) = if let Some(rest) = absolute(pattern) {
+        (PathBuf::from("/"), rest)
     } else {
         let base = match input.path.as_deref().filter(|p| !p.is_empty()) {
             Some(p) => {
@@ -52,7 +86,7 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
     };
     let plan = match Plan::new(&base, rel_pattern) {
         Ok(p) => p,
-        Err(e) => return Output::error(format!("glob: invalid pattern {pattern:?}: {e}")),
+        Err(e) => return invalid_pattern(pattern, &e),
     };
     let (mut hits, timed_out) = plan.walk(std::time::Instant::now() + WALK_DEADLINE);
     let notice = if timed_out {

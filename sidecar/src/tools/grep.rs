@@ -32,15 +32,32 @@ struct Input {
     path: Option<String>,
 }
 
+/// A grep as its input asks for it, checked before anything runs.
+struct Request {
+    pattern: String,
+    path: Option<String>,
+}
+
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("grep", input)?;
+    let pattern = required("grep", "pattern", &input.pattern)?.to_owned();
+    Ok(Request {
+        pattern,
+        path: input.path,
+    })
+}
+
+/// [`request`]'s refusal, if any (for the fuzz targets).
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    request(input).map(drop)
+}
+
 pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
-    let input: Input = match parse("grep", input) {
-        Ok(i) => i,
+    let input = match request(input) {
+        Ok(r) => r,
         Err(out) => return Ok(out),
     };
-    let pattern = match required("grep", "pattern", &input.pattern) {
-        Ok(p) => p.to_owned(),
-        Err(out) => return Ok(out),
-    };
+    let pattern = input.pattern;
     let (shown, target) = match input.path.as_deref().filter(|p| !p.is_empty()) {
         Some(p) => (p.to_owned(), ctx.resolve(p)),
         None => (ctx.workdir.display().to_string(), ctx.workdir.clone()),

@@ -170,7 +170,9 @@ fn instance_id() -> String {
 }
 
 /// Decodes a tool's input the way the reference does (unknown fields are
-/// ignored), answering a malformed one with `invalid <tool> input: ...`.
+/// ignored), answering a malformed one with `invalid <tool> input: ...`,
+/// naming the field when the fault is inside one (`invalid bash input:
+/// timeout_ms: invalid type: ...`), as the reference's decoder does.
 /// Empty input (nothing, or only JSON whitespace) is not JSON: it gets the
 /// reference's own words for it rather than serde's position report.
 pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &[u8]) -> Result<T, Output> {
@@ -182,7 +184,41 @@ pub(crate) fn parse<T: DeserializeOwned>(tool: &str, input: &[u8]) -> Result<T, 
             "invalid {tool} input: unexpected end of JSON input"
         )));
     }
-    serde_json::from_slice(input).map_err(|e| Output::error(format!("invalid {tool} input: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(input);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        match path.as_str() {
+            "." => Output::error(format!("invalid {tool} input: {inner}")),
+            _ => Output::error(format!("invalid {tool} input: {path}: {inner}")),
+        }
+    })?;
+    // Trailing characters after the object, as serde_json::from_slice checks.
+    de.end()
+        .map_err(|e| Output::error(format!("invalid {tool} input: {e}")))?;
+    Ok(value)
+}
+
+/// Checks a call's input as the tool named `tool` would before it touches
+/// anything: decoding, required fields, the shape of each field (and glob's
+/// pattern). `Err` carries the tool error the call would answer with. For
+/// the fuzz targets; [`crate::Runner::run`] goes through each tool's `run`,
+/// which uses the same checks.
+#[doc(hidden)]
+pub fn check_input(tool: &str, input: &[u8]) -> Result<(), String> {
+    let checked = match tool {
+        "bash" => bash::check(input),
+        "read" => read::check(input),
+        "write" => write::check(input),
+        "edit" => edit::check(input),
+        "glob" => glob::check(input),
+        "grep" => grep::check(input),
+        other => Err(Output::error(format!("unknown tool {other:?}"))),
+    };
+    checked.map_err(|out| match out.body {
+        crate::output::Body::Text(text) => text,
+        _ => String::new(),
+    })
 }
 
 /// The target of `path` if it is a symbolic link, which write and edit
@@ -228,4 +264,60 @@ pub(crate) fn look_path(name: &str) -> Option<PathBuf> {
                 .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_input;
+
+    fn refusal(tool: &str, input: &str) -> String {
+        check_input(tool, input.as_bytes()).expect_err(input)
+    }
+
+    /// What the runner_input fuzz target's "every refusal names a path"
+    /// invariant requires. Before, serde's message for a field of the wrong
+    /// type named no field (`invalid bash input: invalid type: string "5",
+    /// expected i64 ...`), where the reference's decoder names it.
+    #[test]
+    fn refusals_name_the_field_at_fault() {
+        assert_eq!(
+            refusal("bash", r#"{"command":"x","timeout_ms":"5"}"#),
+            "invalid bash input: timeout_ms: invalid type: string \"5\", expected i64 at line 1 column 31"
+        );
+        assert!(
+            refusal("read", r#"{"file_path":"a","view_range":[1.5,2]}"#)
+                .starts_with("invalid read input: view_range[0]: invalid type: floating point")
+        );
+        assert!(
+            refusal(
+                "edit",
+                r#"{"file_path":"a","old_string":"x","new_string":"y","replace_all":"yes"}"#
+            )
+            .starts_with("invalid edit input: replace_all: invalid type")
+        );
+        // Not an object, or not JSON: only the tool's input as a whole.
+        assert!(refusal("bash", "null").starts_with("invalid bash input: invalid type: null"));
+        assert!(
+            refusal("bash", r#"{"command":"x"} x"#)
+                .starts_with("invalid bash input: trailing characters")
+        );
+        assert_eq!(
+            refusal("grep", " "),
+            "invalid grep input: unexpected end of JSON input"
+        );
+        // The checks after decoding.
+        assert_eq!(refusal("bash", "{}"), "bash: command is required");
+        assert_eq!(check_input("bash", br#"{"restart":true}"#), Ok(()));
+        assert!(
+            refusal("glob", r#"{"pattern":"a["}"#).starts_with("glob: invalid pattern \"a[\": ")
+        );
+        assert!(
+            refusal("write", r#"{"file_path":"d/","content":""}"#)
+                .starts_with("write d/: the path ends in")
+        );
+        assert_eq!(
+            refusal("read", r#"{"file_path":"a","view_range":[1]}"#),
+            "read: view_range must be [start_line, end_line]"
+        );
+    }
 }

@@ -24,20 +24,38 @@ struct Input {
     view_range: Option<Vec<i64>>,
 }
 
-pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
-    let input: Input = match parse("read", input) {
-        Ok(i) => i,
-        Err(out) => return out,
-    };
-    let file_path = match required("read", "file_path", &input.file_path) {
-        Ok(p) => p,
-        Err(out) => return out,
-    };
+/// A read as its input asks for it, checked before the file is touched.
+struct Request {
+    file_path: String,
+    range: Option<(i64, i64)>,
+}
+
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("read", input)?;
+    let file_path = required("read", "file_path", &input.file_path)?.to_owned();
     let range = match input.view_range.as_deref() {
         None | Some([]) => None,
         Some(&[start, end]) => Some((start, end)),
-        Some(_) => return Output::error("read: view_range must be [start_line, end_line]"),
+        Some(_) => {
+            return Err(Output::error(
+                "read: view_range must be [start_line, end_line]",
+            ));
+        }
     };
+    Ok(Request { file_path, range })
+}
+
+/// [`request`]'s refusal, if any (for the fuzz targets).
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    request(input).map(drop)
+}
+
+pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
+    let (file_path, range) = match request(input) {
+        Ok(r) => (r.file_path, r.range),
+        Err(out) => return out,
+    };
+    let file_path = file_path.as_str();
     let (path, _) = match ctx.target("read", file_path) {
         Ok(t) => t,
         Err(out) => return out,

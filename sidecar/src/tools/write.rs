@@ -12,26 +12,40 @@ struct Input {
     content: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
-    let input: Input = match parse("write", input) {
-        Ok(i) => i,
-        Err(out) => return out,
-    };
-    let file_path = match required("write", "file_path", &input.file_path) {
-        Ok(p) => p,
-        Err(out) => return out,
-    };
+/// A write as its input asks for it, checked before the disk is touched.
+struct Request {
+    file_path: String,
+    content: String,
+}
+
+fn request(input: &[u8]) -> Result<Request, Output> {
+    let input: Input = parse("write", input)?;
+    let file_path = required("write", "file_path", &input.file_path)?.to_owned();
     // Empty content is a legitimate write (truncate a file); absent is not.
-    let Some(content) = input.content.as_deref() else {
-        return Output::error("write: content is required");
+    let Some(content) = input.content else {
+        return Err(Output::error("write: content is required"));
     };
     // A trailing "/" names a directory; dropping it (as the reference's path
     // cleaning does) would write a file the model did not name.
     if file_path.ends_with('/') {
-        return Output::error(format!(
+        return Err(Output::error(format!(
             "write {file_path}: the path ends in \"/\", which names a directory; give the file's path without it"
-        ));
+        )));
     }
+    Ok(Request { file_path, content })
+}
+
+/// [`request`]'s refusal, if any (for the fuzz targets).
+pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
+    request(input).map(drop)
+}
+
+pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
+    let (file_path, content) = match request(input) {
+        Ok(r) => (r.file_path, r.content),
+        Err(out) => return out,
+    };
+    let (file_path, content) = (file_path.as_str(), content.as_str());
     let (path, key) = match ctx.target("write", file_path) {
         Ok(t) => t,
         Err(out) => return out,
