@@ -345,32 +345,4 @@ mod tests {
             Some((false, 0, 0, true))
         );
     }
-
-    /// Prints the port's answer for every file in $GO_DURATION_INPUTS, one
-    /// line each (`<hex>\t<nanoseconds or error>`), to compare with Go's:
-    /// `cargo +nightly test --lib -- --ignored --nocapture go_port_listing`.
-    #[test]
-    #[ignore = "a listing for comparison with Go, not a check"]
-    fn go_port_listing() {
-        let Ok(dir) = std::env::var("GO_DURATION_INPUTS") else {
-            return;
-        };
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry").path())
-            .collect();
-        paths.sort();
-        for p in paths {
-            let bytes = std::fs::read(&p).expect("read");
-            let Ok(s) = std::str::from_utf8(&bytes) else {
-                continue;
-            };
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            match go_parse_duration(s) {
-                Some(d) if d.negative && d.nanos != 0 => println!("{hex}\t-{}", d.nanos),
-                Some(d) => println!("{hex}\t{}", d.nanos),
-                None => println!("{hex}\terror"),
-            }
-        }
-    }
 }
