@@ -19,17 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, runner_image, sandbox_image,
-    wait_for,
+    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, runner_image,
+    sandbox_image, wait_for,
 };
 use serde_json::Value;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// xorshift64*, seeded from the clock.
 struct Rng(u64);
@@ -75,9 +68,9 @@ fn owner_uid(o: &Value) -> String {
 }
 
 fn main() {
-    let total = env_u64("CHAOS_SESSIONS", 500);
-    let kills = env_u64("CHAOS_KILLS", 20);
-    let survivors = env_u64("CHAOS_SURVIVORS", 20).max(1);
+    let total = env_or::<u64>("CHAOS_SESSIONS", 500);
+    let kills = env_or::<u64>("CHAOS_KILLS", 20);
+    let survivors = env_or::<u64>("CHAOS_SURVIVORS", 20).max(1);
     let every = (total / survivors).max(1);
     let k = Kubectl::from_env();
     install_crd(&k);

@@ -13,29 +13,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, runner_image,
-    sandbox_image, static_volume, wait_for,
+    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, ms, percentile,
+    plugin_bin, runner_image, sandbox_image, static_volume, wait_for,
 };
 
 const T: Duration = Duration::from_secs(180);
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
 fn main() {
-    let n: usize = std::env::var("BENCH_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let n: usize = env_or("BENCH_CYCLES", 10);
     let k = Kubectl::from_env();
     install_crd(&k);
     let logs = tempfile::tempdir().expect("tempdir");
@@ -129,9 +114,9 @@ fn main() {
     println!(
         "over {} sessions: cold apply->first tool result p50 {} p90 {}; resume (suspended:false)->first tool result p50 {} p90 {} (bash state checked)",
         cold.len(),
-        ms(pct(&cold, 0.5)),
-        ms(pct(&cold, 0.9)),
-        ms(pct(&resumed, 0.5)),
-        ms(pct(&resumed, 0.9))
+        ms(percentile(&cold, 0.5)),
+        ms(percentile(&cold, 0.9)),
+        ms(percentile(&resumed, 0.5)),
+        ms(percentile(&resumed, 0.9))
     );
 }

@@ -10,14 +10,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, runner_image, sandbox_image,
+    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, peak_rss_kib, percentile,
+    runner_image, sandbox_image,
 };
 
 fn main() {
-    let n: usize = std::env::var("BENCH_BURST")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
+    let n: usize = env_or("BENCH_BURST", 100);
     let k = Kubectl::from_env();
     install_crd(&k);
     let logs = tempfile::tempdir().expect("tempdir");
@@ -58,16 +56,8 @@ fn main() {
     }
     let mut lat: Vec<Duration> = ready_at.values().copied().collect();
     lat.sort();
-    let p = |q: f64| {
-        lat.get(((lat.len().max(1) - 1) as f64 * q).round() as usize)
-            .copied()
-            .unwrap_or_default()
-    };
-    let rss = std::fs::read_to_string(format!("/proc/{}/status", op.pid()))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().to_owned()))
-        .unwrap_or_default();
+    let p = |q: f64| percentile(&lat, q);
+    let rss = format!("{} kB", peak_rss_kib(op.pid()).unwrap_or(0));
     println!(
         "burst of {n} sessions applied at once: {} Ready; last at {:.1} s ({:.2} sessions/s); apply->Ready p50 {:.1} s, p99 {:.1} s (polled every 0.5 s); operator peak RSS {rss}",
         lat.len(),

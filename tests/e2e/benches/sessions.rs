@@ -18,38 +18,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, sandbox_image,
-    wait_for,
+    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, ms, peak_rss_kib,
+    percentile, plugin_bin, sandbox_image, wait_for,
 };
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
 
 fn session_yaml(name: &str, image: &str, extra: &str) -> String {
     format!(
@@ -73,7 +44,7 @@ fn main() {
     let pid = op.pid();
 
     // 1. The operator under load.
-    let n = env_usize("BENCH_SESSIONS", 1000);
+    let n: usize = env_or("BENCH_SESSIONS", 1000);
     let ns = Namespace::create(&k, "bench-load", &[]);
     let unschedulable = "  nodeSelector: {agentplane.dev/bench: none}\n";
     let start = Instant::now();
@@ -126,17 +97,17 @@ fn main() {
     );
     println!(
         "  apply-to-status latency p50 {} p99 {} (polled every 200 ms)",
-        ms(pct(&lat, 0.5)),
-        ms(pct(&lat, 0.99))
+        ms(percentile(&lat, 0.5)),
+        ms(percentile(&lat, 0.99))
     );
     println!(
         "  operator peak RSS (VmHWM): {:.1} MiB",
-        vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0
+        peak_rss_kib(pid).unwrap_or(0) as f64 / 1024.0
     );
     drop(ns);
 
     // 2. apply -> Ready -> first tool result, one session at a time.
-    let m = env_usize("BENCH_USER_SESSIONS", 20);
+    let m: usize = env_or("BENCH_USER_SESSIONS", 20);
     let ns = Namespace::create(
         &k,
         "bench-user",
@@ -187,10 +158,10 @@ fn main() {
     to_result.sort();
     println!(
         "user path over {m} sessions: apply->Ready p50 {} p90 {}; apply->first tool result p50 {} p90 {}",
-        ms(pct(&to_ready, 0.5)),
-        ms(pct(&to_ready, 0.9)),
-        ms(pct(&to_result, 0.5)),
-        ms(pct(&to_result, 0.9))
+        ms(percentile(&to_ready, 0.5)),
+        ms(percentile(&to_ready, 0.9)),
+        ms(percentile(&to_result, 0.5)),
+        ms(percentile(&to_result, 0.9))
     );
 
     // 3. The same command through the plugin and through kubectl exec.
@@ -223,7 +194,7 @@ fn main() {
     }
     via_plugin.sort();
     via_exec.sort();
-    let (p, e) = (pct(&via_plugin, 0.5), pct(&via_exec, 0.5));
+    let (p, e) = (percentile(&via_plugin, 0.5), percentile(&via_exec, 0.5));
     println!(
         "one bash call, median of 20: kubectl agent {} vs kubectl exec {} (ratio {:.2})",
         ms(p),

@@ -402,6 +402,85 @@ pub fn base64(data: &[u8]) -> String {
     out
 }
 
+/// Runs `kubectl agent ARGS` in `ns` (the plugin binary, as kubectl would)
+/// and returns its exit code with its output.
+pub fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(plugin_bin())
+        .args(["-n", ns])
+        .args(args)
+        .env("KUBECONFIG", &k.kubeconfig)
+        .output()
+        .expect("kubectl-agent runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A status condition of `obj` by type: (status, reason, message).
+pub fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (field("status"), field("reason"), field("message"))
+        })
+}
+
+/// A status condition's status and reason, for comparing with a pair.
+pub fn status_reason(obj: &Value, type_: &str) -> Option<(String, String)> {
+    condition(obj, type_).map(|(status, reason, _)| (status, reason))
+}
+
+/// Prints the operator's log, then lets the test's panic continue: the
+/// log is what explains a failed end-to-end scenario.
+pub fn fail_with_log(log: &Path, panic: Box<dyn std::any::Any + Send>) -> ! {
+    eprintln!(
+        "---- operator log ----\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    std::panic::resume_unwind(panic)
+}
+
+/// A process's peak resident memory in KiB (VmHWM), if it can be read.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The `p` quantile (0..=1) of `sorted`, by nearest rank; zero when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// A duration as whole milliseconds, for printed figures.
+pub fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A whole number from the environment variable `name`, else `default`
+/// (the benchmarks' knobs).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// A hostPath PersistentVolume named `name` (no storage class, 1Gi, RWO,
 /// retained) on `dir`, made writable by any uid: the test cluster has no
 /// storage provisioner, so workspace claims bind an administrator's static

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::{Kubectl, Namespace, Run, plugin_bin, root, sandbox_image, wait_for};
+use e2e::{Kubectl, Namespace, Run, agent, root, sandbox_image, wait_for};
 
 const RELEASE: &str = "agentplane";
 const RELEASE_NS: &str = "agentplane-e2e";
@@ -18,22 +18,6 @@ fn helm(k: &Kubectl, args: &[&str]) -> Run {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
         .into()
-}
-
-/// Runs `kubectl agent ARGS` (the plugin binary, as kubectl would) and
-/// returns its exit code with the output.
-fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(plugin_bin())
-        .args(["-n", ns])
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .expect("kubectl-agent runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

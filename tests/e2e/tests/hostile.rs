@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, http_get, install_crd, root, runner_image,
-    sandbox_image, wait_for,
+    Certs, Kubectl, Namespace, Operator, fail_with_log, free_port, http_get, install_crd,
+    peak_rss_kib, root, runner_image, sandbox_image, status_reason, wait_for,
 };
 use serde_json::Value;
 
@@ -27,19 +27,6 @@ impl Drop for Reaped {
 
 fn python() -> String {
     std::env::var("AGENTPLANE_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
 }
 
 /// Events about `name` in `ns`, counted as the API server aggregates them
@@ -68,29 +55,6 @@ fn event_count(k: &Kubectl, ns: &str, name: &str) -> u64 {
         .sum()
 }
 
-/// Peak resident memory of a process, in KiB (VmHWM).
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn with_log<R>(log: &std::path::Path, f: impl FnOnce() -> R + std::panic::UnwindSafe) -> R {
-    match std::panic::catch_unwind(f) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!(
-                "---- operator log ----\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-            std::panic::resume_unwind(e)
-        }
-    }
-}
-
 /// Four sessions, each drawing tools from a hostile MCP server, watched for
 /// a minute once settled: the sandbox pods run and are kept, the sessions
 /// say Degraded, the redirect target never sees a request, the operator's
@@ -100,7 +64,9 @@ fn hostile_mcp_servers_cause_no_hot_loop_and_no_harm() {
     let k = Kubectl::from_env();
     let logs = tempfile::tempdir().expect("tempdir");
     let log = logs.path().join("operator.log");
-    with_log(&log, || hostile_mcp(&k, &log));
+    if let Err(e) = std::panic::catch_unwind(|| hostile_mcp(&k, &log)) {
+        fail_with_log(&log, e);
+    }
 }
 
 fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
@@ -141,17 +107,29 @@ fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
         let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&yaml));
         assert!(r.ok, "{path}: {}", r.stderr);
     }
+    let pod_uid = |session: &str| {
+        let pod = format!("{session}-sandbox");
+        k.must(&[
+            "get",
+            "pod",
+            &pod,
+            "-n",
+            &ns.name,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+    };
     // Settled: every sandbox runs, Degraded names what is missing.
     let mut pod_uids = Vec::new();
     for (path, reason) in cases {
         let obj = wait_for(&format!("{path}: Ready and Degraded"), T, || {
             let o = k.get(&["agentsession", path, "-n", &ns.name])?;
             (o["status"]["phase"] == "Ready"
-                && condition(&o, "Degraded") == Some(("True".into(), reason.into())))
+                && status_reason(&o, "Degraded") == Some(("True".into(), reason.into())))
             .then_some(o)
         });
         assert_eq!(
-            condition(&obj, "McpResolved").map(|c| c.1).as_deref(),
+            status_reason(&obj, "McpResolved").map(|c| c.1).as_deref(),
             Some(reason),
             "{path}"
         );
@@ -160,15 +138,7 @@ fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
             !msg.contains("exploded"),
             "{path}: an upstream body reached status: {msg}"
         );
-        let uid = k.must(&[
-            "get",
-            "pod",
-            &format!("{path}-sandbox"),
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ]);
+        let uid = pod_uid(path);
         pod_uids.push(uid);
     }
     // A minute of watching.
@@ -225,7 +195,7 @@ fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
         .map(|(a, b)| a.saturating_sub(*b))
         .sum();
     let hits = http_get(port, "/hits").unwrap_or_default();
-    let rss_mib = peak_rss_kib(op.pid()) / 1024;
+    let rss_mib = peak_rss_kib(op.pid()).unwrap_or(0) / 1024;
     eprintln!(
         "hostile MCP, {}s: {writes} session writes, {new_events} new events, redirect target hit: {:?}, operator peak RSS {rss_mib} MiB",
         WATCH.as_secs(),
@@ -245,15 +215,7 @@ fn hostile_mcp(k: &Kubectl, log: &std::path::Path) {
     );
     // The sandboxes were never replaced.
     for ((path, _), uid) in cases.iter().zip(&pod_uids) {
-        let now = k.must(&[
-            "get",
-            "pod",
-            &format!("{path}-sandbox"),
-            "-n",
-            &ns.name,
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ]);
+        let now = pod_uid(path);
         assert_eq!(&now, uid, "{path}: the sandbox pod was replaced");
     }
     drop(op);
@@ -298,11 +260,7 @@ fn an_undecodable_session_does_not_stall_the_others() {
     );
     install_crd(&k);
     if let Err(e) = result {
-        eprintln!(
-            "---- operator log ----\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::panic::resume_unwind(e);
+        fail_with_log(&log, e);
     }
 }
 
@@ -367,7 +325,7 @@ fn undecodable(k: &Kubectl, log: &std::path::Path) {
     // The bad one says why, by path, and runs nothing.
     let obj = wait_for("an Unreadable status", T, || {
         let o = k.get(&["agentsession", "no-image", "-n", &ns.name])?;
-        (condition(&o, "Ready") == Some(("False".into(), "Unreadable".into()))).then_some(o)
+        (status_reason(&o, "Ready") == Some(("False".into(), "Unreadable".into()))).then_some(o)
     });
     assert_eq!(obj["status"]["phase"], "Invalid");
     let msg = obj

@@ -4,44 +4,16 @@
 //! the workspace claim binds a hostPath PersistentVolume the test makes
 //! (an administrator's static volume).
 
-use std::process::Command;
 use std::time::Duration;
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, runner_image,
-    sandbox_image, static_volume, wait_for,
+    Certs, Kubectl, Namespace, Operator, agent, fail_with_log, free_port, install_crd,
+    runner_image, sandbox_image, static_volume, status_reason, wait_for,
 };
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(180);
 const PV: &str = "agentplane-e2e-lifecycle";
-
-fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(plugin_bin())
-        .args(["-n", ns])
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .expect("kubectl-agent runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-}
 
 fn phase(k: &Kubectl, ns: &str, name: &str) -> Option<(String, Value)> {
     let o = k.get(&["agentsession", name, "-n", ns])?;
@@ -79,11 +51,7 @@ fn suspend_resume_idle_wake_and_lifetime() {
     );
     let _ = k.run(&["delete", "pv", PV, "--ignore-not-found"], None);
     if let Err(e) = result {
-        eprintln!(
-            "---- operator log ----\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::panic::resume_unwind(e);
+        fail_with_log(&log, e);
     }
 }
 
@@ -119,21 +87,25 @@ fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
     );
     assert_eq!(code, 0, "{out}{err}");
 
+    let suspend = |on: bool| {
+        let patch = format!(r#"{{"spec":{{"suspended":{on}}}}}"#);
+        k.must(&[
+            "patch",
+            "agentsession",
+            "keep",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &patch,
+        ]);
+    };
     // Suspended by the spec: the pod goes, the claim stays, calls are
     // refused with what to type.
-    k.must(&[
-        "patch",
-        "agentsession",
-        "keep",
-        "-n",
-        &ns.name,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"suspended":true}}"#,
-    ]);
+    suspend(true);
     let o = wait_phase(k, &ns.name, "keep", "Suspended");
     assert_eq!(
-        condition(&o, "Suspended"),
+        status_reason(&o, "Suspended"),
         Some(("True".into(), "Requested".into()))
     );
     pod_gone(k, &ns.name, "keep-sandbox");
@@ -149,16 +121,7 @@ fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
     );
 
     // Resumed: a new pod, the same files, cwd and variables.
-    k.must(&[
-        "patch",
-        "agentsession",
-        "keep",
-        "-n",
-        &ns.name,
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"suspended":false}}"#,
-    ]);
+    suspend(false);
     wait_phase(k, &ns.name, "keep", "Ready");
     let (code, out, err) = agent(
         k,
@@ -170,7 +133,7 @@ fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
     // Idle for 20 s: suspended, not ended.
     let o = wait_phase(k, &ns.name, "keep", "Suspended");
     assert_eq!(
-        condition(&o, "Suspended"),
+        status_reason(&o, "Suspended"),
         Some(("True".into(), "Idle".into()))
     );
     pod_gone(k, &ns.name, "keep-sandbox");
@@ -189,7 +152,7 @@ fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
     wait_phase(k, &ns.name, "brief", "Ready");
     let o = wait_phase(k, &ns.name, "brief", "Finished");
     assert_eq!(
-        condition(&o, "Ready"),
+        status_reason(&o, "Ready"),
         Some(("False".into(), "Finished".into()))
     );
     pod_gone(k, &ns.name, "brief-sandbox");

@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, register_webhook, root,
-    runner_image, sandbox_image, wait_for,
+    Certs, Kubectl, Namespace, Operator, condition, fail_with_log, free_port, install_crd,
+    register_webhook, root, runner_image, sandbox_image, wait_for,
 };
 use serde_json::Value;
 
@@ -24,20 +24,6 @@ fn session(name: &str, tools: &str) -> String {
 }
 
 const AGENT: &str = "    - type: agent_toolset_20260401\n      configs:\n        - name: write\n          permission_policy: {type: always_ask}\n";
-
-fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-}
 
 fn apply_in(k: &Kubectl, ns: &str, yaml: &str) -> e2e::Run {
     k.run(&["apply", "-n", ns, "-f", "-"], Some(yaml))
@@ -102,11 +88,7 @@ fn operator_and_webhook_on_a_real_api_server() {
         None,
     );
     if let Err(e) = result {
-        eprintln!(
-            "---- operator log ----\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::panic::resume_unwind(e);
+        fail_with_log(log.as_path(), e);
     }
 }
 
