@@ -302,27 +302,23 @@ async fn unreadable_session(
     };
     let resource = ApiResource::erase::<AgentSession>(&());
     let raw: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
-    let problem = match raw.get_opt(name).await? {
-        None => return Ok(Action::await_change()),
-        Some(obj) => serde_json::to_value(&obj)
-            .ok()
-            .and_then(|v| unreadable::locate(&v))
-            .unwrap_or_else(|| decode_error.to_owned()),
+    // One read: the raw object names the bad field and carries the status
+    // already written for it.
+    let Some(obj) = raw.get_opt(name).await? else {
+        return Ok(Action::await_change());
     };
+    let raw_json = serde_json::to_value(&obj).unwrap_or_default();
+    let problem = unreadable::locate(&raw_json).unwrap_or_else(|| decode_error.to_owned());
     tracing::warn!(session = %format!("{ns}/{name}"), %problem, "session cannot be decoded");
     let body = unreadable::status_body(&problem, meta.generation, Timestamp::now());
-    let already = raw
-        .get_status(name)
-        .await
-        .ok()
-        .and_then(|o| o.data.get("status").cloned())
-        .and_then(|st| st.get("conditions").cloned())
-        .is_some_and(|cs| {
-            cs.as_array().into_iter().flatten().any(|c| {
-                c["type"] == "Ready"
-                    && c["reason"] == unreadable::REASON
-                    && c["message"] == body["status"]["conditions"][0]["message"]
-            })
+    let already = raw_json["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Ready"
+                && c["reason"] == unreadable::REASON
+                && c["message"] == body["status"]["conditions"][0]["message"]
         });
     if already {
         return Ok(Action::await_change());

@@ -321,6 +321,18 @@ fn running_condition(
         reason: "Running".into(),
         message: "the sandbox runs".into(),
     };
+    push_condition(status, spec, previous, generation, now);
+}
+
+/// Adds one condition, its transition time kept from `previous` when its
+/// status did not change.
+fn push_condition(
+    status: &mut AgentSessionStatus,
+    spec: CondSpec,
+    previous: Option<&AgentSessionStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
     let prev = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
@@ -341,10 +353,10 @@ fn stopped_plan(
 ) -> Plan {
     let previous = session.status.as_ref();
     let pod_name = Names::of(session).pod;
-    let (pod_action, verb) = match observed.pod.as_ref() {
-        Some(p) if p.metadata.deletion_timestamp.is_some() => (PodAction::WaitForDeletion, None),
-        Some(p) => (delete(p), Some(())),
-        None => (PodAction::Keep, None),
+    let (pod_action, deleting) = match observed.pod.as_ref() {
+        Some(p) if p.metadata.deletion_timestamp.is_some() => (PodAction::WaitForDeletion, false),
+        Some(p) => (delete(p), true),
+        None => (PodAction::Keep, false),
     };
     let mut status = status::build_status(
         resolution,
@@ -389,16 +401,6 @@ fn stopped_plan(
         }
     };
     status.phase = Some(phase);
-    if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
-        let was = previous
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-            .filter(|c| c.status == "False")
-            .map(|c| c.last_transition_time.clone());
-        ready.status = "False".into();
-        ready.reason = reason.into();
-        ready.message = message.clone();
-        ready.last_transition_time = was.unwrap_or(Time(now));
-    }
     if let Some(why) = suspended {
         let spec = CondSpec {
             type_: "Suspended",
@@ -406,22 +408,21 @@ fn stopped_plan(
             reason: why.into(),
             message: message.clone(),
         };
-        let prev = previous
-            .map(|p| p.conditions.as_slice())
-            .unwrap_or_default();
-        status.conditions.extend(status::conditions(
-            &[spec],
-            prev,
+        push_condition(
+            &mut status,
+            spec,
+            previous,
             session.metadata.generation,
             now,
-        ));
+        );
     }
-    let pod_events = match verb {
-        Some(()) => vec![Note::normal(
+    let pod_events = if deleting {
+        vec![Note::normal(
             "DeletedPod",
             format!("{message}; deleted pod {pod_name}"),
-        )],
-        None => Vec::new(),
+        )]
+    } else {
+        Vec::new()
     };
     let mut plan = Plan {
         configmap: None,
@@ -439,6 +440,7 @@ fn stopped_plan(
         },
         warnings: Vec::new(),
     };
+    plan.set_ready_false(previous, reason, &message, now);
     plan.events = status_events(previous, &plan.status, &plan.warnings);
     plan
 }
