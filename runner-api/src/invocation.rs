@@ -70,6 +70,11 @@ pub struct Serve {
     pub spill_dir: Option<String>,
     /// `--idle-timeout-seconds`: exit 0 after this long without a call.
     pub idle_timeout_seconds: Option<u64>,
+    /// `--await-binding`: the binding file of a warm pool's sandbox. The
+    /// runner refuses every call ([`crate::Refusal::Unbound`]) until this
+    /// file (a [`crate::Binding`]) and the `--toolset` file appear, then
+    /// serves the session they name.
+    pub await_binding: Option<String>,
 }
 
 impl Serve {
@@ -85,6 +90,7 @@ impl Serve {
             state_dir: None,
             spill_dir: None,
             idle_timeout_seconds: None,
+            await_binding: None,
         }
     }
 }
@@ -109,6 +115,7 @@ impl Invocation for Serve {
             "--idle-timeout-seconds",
             self.idle_timeout_seconds.map(|s| s.to_string()),
         );
+        flag("--await-binding", self.await_binding.clone());
         args
     }
 }

@@ -17,9 +17,12 @@
 //!   metadata.
 //! - [`invocation`]: `serve`, `install` and `health` as types that render
 //!   their argv, and the paths and port the sandbox pod uses.
+//! - [`binding`]: what a warm pool's sandbox is told when a session claims
+//!   it (the session's name and environment).
 //! - [`exit`]: the exit-code convention of `agent-sidecar` and
 //!   `kubectl agent`.
 
+pub mod binding;
 pub mod call_id;
 pub mod client;
 pub mod error;
@@ -28,6 +31,7 @@ pub mod invocation;
 pub mod proto;
 pub mod refusal;
 
+pub use binding::{BINDING_FILE, Binding, BoundEnv};
 pub use call_id::generate_call_id;
 pub use client::{Client, Events, Target, ToolResult};
 pub use error::Error;

@@ -35,11 +35,15 @@ pub enum Refusal {
     CallRunning,
     /// No streamed call with this id is running or remembered.
     UnknownCall,
+    /// The sandbox is a warm pool's and not bound to a session yet: no
+    /// toolset is in force, so nothing runs. The binding is on its way
+    /// (the session that claimed the pod writes it); retry shortly.
+    Unbound,
 }
 
 impl Refusal {
     /// Every kind, for tests and exhaustive documentation.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::ConfirmationRequired,
         Refusal::DisabledTool,
         Refusal::NotSandboxTool,
@@ -48,6 +52,7 @@ impl Refusal {
         Refusal::TooManyCalls,
         Refusal::CallRunning,
         Refusal::UnknownCall,
+        Refusal::Unbound,
     ];
 
     /// The value carried under [`REFUSAL_METADATA_KEY`]. The runner also
@@ -63,6 +68,7 @@ impl Refusal {
             Refusal::TooManyCalls => "too_many_calls",
             Refusal::CallRunning => "call_running",
             Refusal::UnknownCall => "unknown_call",
+            Refusal::Unbound => "unbound",
         }
     }
 
@@ -76,7 +82,8 @@ impl Refusal {
     /// `FAILED_PRECONDITION` (the call may succeed once confirmed); a
     /// disabled tool is `PERMISSION_DENIED` (it never will); a misrouted or
     /// misnamed call is `INVALID_ARGUMENT`; a full runner is
-    /// `RESOURCE_EXHAUSTED` (retry later). Clients that predate the
+    /// `RESOURCE_EXHAUSTED` (retry later); an unbound warm sandbox is
+    /// `UNAVAILABLE` (retry shortly). Clients that predate the
     /// metadata key still get the gist from the code.
     pub const fn code(self) -> tonic::Code {
         match self {
@@ -86,6 +93,7 @@ impl Refusal {
             Refusal::Busy | Refusal::TooManyCalls => tonic::Code::ResourceExhausted,
             Refusal::CallRunning => tonic::Code::AlreadyExists,
             Refusal::UnknownCall => tonic::Code::NotFound,
+            Refusal::Unbound => tonic::Code::Unavailable,
         }
     }
 
@@ -149,6 +157,7 @@ mod tests {
                 "too_many_calls",
                 "call_running",
                 "unknown_call",
+                "unbound",
             ]
         );
     }
