@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crds::{AgentSession, AgentSessionSpec};
+use crds::{AgentSession, AgentSessionSpec, AgentWarmPool};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -23,6 +23,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use opentelemetry::KeyValue;
@@ -30,15 +31,19 @@ use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span, Status, Tracer};
 
 use crate::destinations::Destinations;
+use crate::egress;
 use crate::error::{Error, Result};
+use crate::lifecycle;
 use crate::mcp::McpClient;
 use crate::names::{Names, Scheme};
 use crate::plan::{self, Note, Observed, Plan, PodAction};
 use crate::pod::{self, PodConfig};
 use crate::policy::{self, SessionPolicy};
+use crate::resolution::CondSpec;
 use crate::resolution::{self, Listings, Resolution};
 use crate::unreadable;
 use crate::validation;
+use crate::warm;
 use toolset::Entries;
 
 /// The field manager of everything the operator applies.
@@ -115,6 +120,11 @@ pub struct Context {
     recorder: Recorder,
     metrics: Metrics,
     pub backoff: Backoff,
+    /// Pools a claim just took a pod from, for the pool controller to
+    /// replenish at once (a claimed pod leaves the pool's watch as the
+    /// session's, so no pool event says so).
+    pool_wake: tokio::sync::mpsc::Sender<ObjectRef<AgentWarmPool>>,
+    pool_wakes: Mutex<Option<tokio::sync::mpsc::Receiver<ObjectRef<AgentWarmPool>>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -138,7 +148,10 @@ impl Context {
             controller: MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let (pool_wake, wakes) = tokio::sync::mpsc::channel(POOL_WAKES);
         Self {
+            pool_wake,
+            pool_wakes: Mutex::new(Some(wakes)),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             pods,
@@ -147,6 +160,42 @@ impl Context {
             mcp_destinations: Arc::new(mcp_destinations),
             metrics: Metrics::new(),
             backoff: Backoff::default(),
+        }
+    }
+
+    /// Asks the pool controller to look at `pool` now. A full queue drops
+    /// the request: the pool's own requeue comes soon anyway.
+    fn wake_pool(&self, pool: &AgentWarmPool) {
+        let _ = self.pool_wake.try_send(ObjectRef::from_obj(pool));
+    }
+
+    /// The stream of pool wake-ups; the first caller gets it.
+    pub fn take_pool_wakes(&self) -> Option<tokio::sync::mpsc::Receiver<ObjectRef<AgentWarmPool>>> {
+        match self.pool_wakes.lock() {
+            Ok(mut w) => w.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+
+    /// Publishes an event about any object (a pool).
+    pub async fn publish_on(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        note: &Note,
+    ) {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.clone(),
+            note: Some(note.message.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, "cannot publish event");
         }
     }
 
@@ -264,8 +313,19 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         }
         None => session,
     };
-    let observed = observe(ctx, &ns, session, &res).await?;
-    let mut plan = plan::plan(session, &observed, &res, &ctx.pods, Timestamp::now());
+    let mut observed = observe(ctx, &ns, session, &res).await?;
+    let now = Timestamp::now();
+    let wants_pod = res.runner.is_some()
+        && matches!(
+            lifecycle::stage(session, None, now),
+            lifecycle::Stage::Running
+        );
+    if observed.pod.is_none() && wants_pod && session.spec.warm_pool.is_some() {
+        let (pod, outcome) = claim(ctx, &ns, session).await?;
+        observed.pod = pod;
+        observed.warm = Some(outcome);
+    }
+    let mut plan = plan::plan(session, &observed, &res, &ctx.pods, now);
     let applied = carry_out(ctx, &ns, &plan).await;
     let previous = session.status.as_ref();
     if let Err(e) = &applied {
@@ -395,12 +455,19 @@ async fn observe(
 ) -> Result<Observed> {
     let names = Names::of(session);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let pod = pods.get_opt(&names.pod).await?;
+    let mut pod = pods.get_opt(&names.pod).await?;
+    if pod.is_none() && session.spec.warm_pool.is_some() {
+        pod = claimed_pod(&pods, session).await?;
+    }
+    // A claimed warm pod mounts the ConfigMap named after itself; it is the
+    // session's to write only if it is the session's (or not there yet).
+    let cm_name = pod
+        .as_ref()
+        .filter(|p| warm::is_warm(p))
+        .and_then(warm::toolset_configmap_name)
+        .unwrap_or(names.configmap);
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let configmap = cms
-        .get_metadata_opt(&names.configmap)
-        .await?
-        .map(|m| m.metadata);
+    let configmap = cms.get_metadata_opt(&cm_name).await?.map(|m| m.metadata);
     let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
     let claim = if wants_claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
@@ -421,7 +488,139 @@ async fn observe(
         configmap,
         claim,
         network_policy,
+        warm: None,
     })
+}
+
+/// The warm pod `session` claimed, found by its session label and then
+/// checked by owner UID (a label alone anyone can set). The label list is
+/// how a claim interrupted right after its patch is found again.
+async fn claimed_pod(pods: &Api<Pod>, session: &AgentSession) -> Result<Option<Pod>> {
+    let selector = format!("{}={}", pod::SESSION_LABEL, Names::of(session).label);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let mut ours: Vec<Pod> = listed
+        .items
+        .into_iter()
+        .filter(|p| warm::claimed_by(p, session))
+        .collect();
+    // One at most, by construction; prefer a live one if ever two.
+    ours.sort_by_key(|p| p.metadata.deletion_timestamp.is_some());
+    Ok(ours.into_iter().next())
+}
+
+/// Most pods one claim tries before the session starts cold: each failed
+/// try is another session's claim of the same pod.
+const CLAIM_TRIES: usize = 4;
+
+/// Tries to take a ready pod from the session's pool. On success the pod is
+/// the session's (see [`warm`] for why this is a single preconditioned
+/// patch) and is returned with the condition saying so; otherwise the
+/// condition says why the session starts cold.
+async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Option<Pod>, CondSpec)> {
+    let Some(pool_name) = session.spec.warm_pool.as_deref() else {
+        return Ok((None, cold("NoPool", String::new())));
+    };
+    let pools: Api<AgentWarmPool> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(pool) = pools.get_opt(pool_name).await? else {
+        return Ok((
+            None,
+            cold(
+                "PoolNotFound",
+                format!(
+                    "spec.warmPool: no AgentWarmPool {pool_name:?} in namespace {ns}; started cold"
+                ),
+            ),
+        ));
+    };
+    if let Some(why) = warm::mismatch(&session.spec, &pool.spec.template) {
+        return Ok((
+            None,
+            cold("TemplateMismatch", format!("{why}; started cold")),
+        ));
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&warm::pool_selector(pool_name)))
+        .await?;
+    let mut candidates: Vec<Pod> = listed
+        .items
+        .into_iter()
+        .filter(|p| warm::claimable(p, &pool))
+        .collect();
+    if candidates.is_empty() {
+        return Ok((
+            None,
+            cold(
+                "PoolExhausted",
+                format!("AgentWarmPool {pool_name} has no ready pod; started cold"),
+            ),
+        ));
+    }
+    // Concurrent claims spread over the pool instead of all racing for its
+    // first pod: each starts at a different place.
+    let start = session_spread(session, candidates.len());
+    candidates.rotate_left(start);
+    // The session's NetworkPolicy exists before the pod carries its label.
+    if let Some(np) = egress::network_policy(session, &ctx.pods.egress) {
+        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+        nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(&np))
+            .await?;
+    }
+    for candidate in candidates.iter().take(CLAIM_TRIES) {
+        let Some(patch) = warm::claim_patch(candidate, session, &ctx.pods) else {
+            continue;
+        };
+        let name = candidate.name_any();
+        match pods
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(pod) => {
+                ctx.wake_pool(&pool);
+                let message = format!("claimed warm pod {name} from AgentWarmPool {pool_name}");
+                return Ok((
+                    Some(pod),
+                    CondSpec {
+                        type_: "WarmPool",
+                        status: true,
+                        reason: "Claimed".into(),
+                        message,
+                    },
+                ));
+            }
+            // Claimed by another session first, or gone: try the next.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((
+        None,
+        cold(
+            "PoolExhausted",
+            format!(
+                "every ready pod of AgentWarmPool {pool_name} was claimed by other sessions first; started cold"
+            ),
+        ),
+    ))
+}
+
+fn cold(reason: &str, message: String) -> CondSpec {
+    CondSpec {
+        type_: "WarmPool",
+        status: false,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Where in a list of `n` candidates this session starts, from its UID.
+fn session_spread(session: &AgentSession, n: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    session.metadata.uid.hash(&mut h);
+    usize::try_from(h.finish() % (n.max(1) as u64)).unwrap_or(0)
 }
 
 /// Issues the plan's API calls, in dependency order: the ConfigMap and
@@ -476,6 +675,17 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
             )
             .await?;
         }
+        PodAction::Touch { name, uid, bound } => {
+            // The UID makes the patch fail on any other pod of that name.
+            let patch = serde_json::json!({
+                "metadata": {
+                    "uid": uid,
+                    "annotations": { warm::BOUND_ANNOTATION: bound },
+                }
+            });
+            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
         PodAction::Delete { name, uid } => {
             let params = DeleteParams {
                 preconditions: uid.clone().map(|uid| Preconditions {
@@ -504,6 +714,9 @@ pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> 
     tracing::warn!(session = %key(session.as_ref()), %error, retry_in_s = wait.as_secs(), "reconcile failed");
     Action::requeue(wait)
 }
+
+/// Pool wake-ups queued at most.
+const POOL_WAKES: usize = 1024;
 
 /// Most sessions reconciled at once. A reconcile may wait on MCP servers
 /// (bounded by their timeout); the bound keeps a burst of sessions from
@@ -545,19 +758,21 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());
-    Controller::for_stream(changed, reader)
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
+    let sessions = Controller::for_stream(changed, reader)
         .owns(
             pods,
             watcher::Config::default().labels("app.kubernetes.io/managed-by=agentplane"),
         )
         .with_config(controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
             match res {
                 Ok((obj, _)) => tracing::debug!(session = %obj.name, "reconciled"),
                 Err(e) => tracing::debug!(error = %e, "reconcile loop error"),
             }
-        })
-        .await;
+        });
+    let pools = crate::pool_controller::run(ctx, shutdown);
+    futures::join!(sessions, pools);
 }

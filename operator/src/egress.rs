@@ -10,16 +10,18 @@
 
 use std::net::IpAddr;
 
-use crds::AgentSession;
+use crds::{AgentSession, AgentWarmPool};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
 
 use crate::names::Names;
 use crate::pod;
+use crate::warm;
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
 /// (169.254.169.254 is the metadata service on every major cloud).
@@ -118,10 +120,46 @@ impl Cidr {
 
 /// The session's NetworkPolicy, or `None` when the platform turned them off.
 pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<NetworkPolicy> {
+    let names = Names::of(session);
+    let meta = pod::owned_meta(session, names.network_policy.clone());
+    build(meta, names.selector(), policy)
+}
+
+/// A warm pool's NetworkPolicy: the same rules as a session's, over the
+/// pool's unclaimed pods. A claim swaps the pool label for the session's in
+/// one update, after the session's own policy exists, so a pod is never
+/// without one.
+pub fn pool_network_policy(pool: &AgentWarmPool, policy: &EgressPolicy) -> Option<NetworkPolicy> {
+    let name = crate::names::object_name(&pool.name_any(), "warm-egress");
+    let meta = ObjectMeta {
+        name: Some(name),
+        namespace: pool.namespace(),
+        labels: Some(
+            [(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "agentplane".to_owned(),
+            )]
+            .into(),
+        ),
+        owner_references: pool.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    };
+    let selector = [(
+        warm::POOL_LABEL.to_owned(),
+        warm::pool_label(&pool.name_any()),
+    )]
+    .into();
+    build(meta, selector, policy)
+}
+
+fn build(
+    metadata: ObjectMeta,
+    selector: std::collections::BTreeMap<String, String>,
+    policy: &EgressPolicy,
+) -> Option<NetworkPolicy> {
     if !policy.enabled {
         return None;
     }
-    let names = Names::of(session);
     let denied: Vec<Cidr> = ALWAYS_EXCEPTED
         .iter()
         .filter_map(|c| c.parse().ok())
@@ -144,10 +182,10 @@ pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<N
         });
     }
     Some(NetworkPolicy {
-        metadata: pod::owned_meta(session, names.network_policy.clone()),
+        metadata,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(LabelSelector {
-                match_labels: Some(names.selector()),
+                match_labels: Some(selector),
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),

@@ -23,11 +23,14 @@ pub mod names;
 pub mod plan;
 pub mod pod;
 pub mod policy;
+pub mod pool;
+pub mod pool_controller;
 pub mod resolution;
 pub mod status;
 pub mod tls;
 pub mod unreadable;
 pub mod validation;
+pub mod warm;
 pub mod webhook;
 
 pub use error::{Error, Result};

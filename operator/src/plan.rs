@@ -20,6 +20,7 @@ use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
 use crate::resolution::CondSpec;
 use crate::resolution::Resolution;
 use crate::status;
+use crate::warm;
 
 /// How soon a session is looked at again when nothing is wrong.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -44,6 +45,9 @@ pub struct Observed {
     pub claim: Option<ObjectMeta>,
     /// The NetworkPolicy's metadata, if one exists under its name.
     pub network_policy: Option<ObjectMeta>,
+    /// What this reconcile's try at a warm pool came to (claimed, or why
+    /// the session starts cold); `None` when nothing was tried.
+    pub warm: Option<CondSpec>,
 }
 
 /// Whether `meta` names `session` as its controlling owner, by UID: a name
@@ -92,6 +96,14 @@ pub enum PodAction {
     Delete { name: String, uid: Option<String> },
     /// The pod is already being deleted; wait for it to go.
     WaitForDeletion,
+    /// Record `bound` (the hash of the ConfigMap just written) on a claimed
+    /// warm pod: the pod update has the kubelet refresh the mounted
+    /// ConfigMap now, so the runner sees its binding within moments.
+    Touch {
+        name: String,
+        uid: Option<String>,
+        bound: String,
+    },
 }
 
 /// One event to publish.
@@ -192,7 +204,8 @@ fn running(
     cfg: &PodConfig,
     now: Timestamp,
 ) -> Plan {
-    let pod_name = Names::of(session).pod;
+    let warm_pod = observed.pod.as_ref().filter(|p| warm::is_warm(p));
+    let pod_name = warm_pod.map_or_else(|| Names::of(session).pod, |p| p.name_any());
     let (mut action, mut pod_events, mut current) = decide_pod(session, observed, resolution, cfg);
     // Woken after an idle exit while the ended pod is still there: replace it.
     if let Some(p) = observed.pod.as_ref().filter(|p| ended_idle(session, p)) {
@@ -230,10 +243,33 @@ fn running(
     if uses_suspension(session) {
         running_condition(&mut status, previous, session.metadata.generation, now);
     }
+    if let Some(spec) = warm_condition(session, observed, previous) {
+        push_condition(
+            &mut status,
+            spec,
+            previous,
+            session.metadata.generation,
+            now,
+        );
+    }
     let runs = resolution.runner.as_ref();
+    let configmap = runs.and_then(|r| match warm_pod {
+        Some(p) => warm::bound_configmap(session, r, p),
+        None => Some(pod::toolset_configmap(session, r)),
+    });
+    if let (Some(p), Some(cm), PodAction::Keep) = (warm_pod, &configmap, &action) {
+        let bound = warm::data_hash(cm);
+        if p.annotations().get(warm::BOUND_ANNOTATION) != Some(&bound) {
+            action = PodAction::Touch {
+                name: p.name_any(),
+                uid: p.metadata.uid.clone(),
+                bound,
+            };
+        }
+    }
     let mut plan = Plan {
         delete_claim: None,
-        configmap: runs.map(|r| pod::toolset_configmap(session, r)),
+        configmap,
         network_policy: runs.and_then(|_| egress::network_policy(session, &cfg.egress)),
         claim: runs
             .filter(|_| observed.claim.is_none())
@@ -284,6 +320,30 @@ fn conflicted(
         plan.events = status_events(previous, &plan.status, &plan.warnings);
     }
     plan
+}
+
+/// The `WarmPool` condition of a session that names a pool: what this
+/// reconcile's claim came to, else what the last one said (a claim is
+/// tried only when the session needs a new pod).
+fn warm_condition(
+    session: &AgentSession,
+    observed: &Observed,
+    previous: Option<&AgentSessionStatus>,
+) -> Option<CondSpec> {
+    session.spec.warm_pool.as_ref()?;
+    if let Some(spec) = &observed.warm {
+        return Some(spec.clone());
+    }
+    let old = previous?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WarmPool")?;
+    Some(CondSpec {
+        type_: "WarmPool",
+        status: old.status == "True",
+        reason: old.reason.clone(),
+        message: old.message.clone(),
+    })
 }
 
 /// Whether the session uses suspension at all (its status then carries a
@@ -599,6 +659,8 @@ pub fn status_events(
                 out.push(Note::normal("Finished", c.message.clone()));
             }
             ("Suspended", "True", _) => out.push(Note::normal("Suspended", c.message.clone())),
+            ("WarmPool", "True", _) => out.push(Note::normal("ClaimedWarmPod", c.message.clone())),
+            ("WarmPool", "False", _) => out.push(Note::warning(&c.reason, c.message.clone())),
             ("Suspended", "False", _) if old("Suspended").is_some() => {
                 out.push(Note::normal("Resumed", "the sandbox runs again".into()));
             }

@@ -88,8 +88,18 @@ fn meta(session: &AgentSession, name: String) -> ObjectMeta {
 /// baked into the pod spec, so that a policy change reaches the running
 /// runner without replacing the pod (and its workspace).
 pub fn toolset_configmap(session: &AgentSession, resolved: &ResolvedToolset) -> ConfigMap {
+    toolset_configmap_named(session, resolved, Names::of(session).configmap)
+}
+
+/// [`toolset_configmap`] under another name: a claimed warm pod mounts the
+/// ConfigMap named after itself.
+pub fn toolset_configmap_named(
+    session: &AgentSession,
+    resolved: &ResolvedToolset,
+    name: String,
+) -> ConfigMap {
     ConfigMap {
-        metadata: meta(session, Names::of(session).configmap),
+        metadata: meta(session, name),
         data: Some(BTreeMap::from([(
             TOOLSET_FILE.to_owned(),
             serde_json::to_string_pretty(resolved).unwrap_or_default(),
@@ -151,11 +161,23 @@ fn empty_dir(name: &str) -> Volume {
 
 /// The sandbox pod of a session, carrying the hash of its own spec.
 pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
+    build(session, cfg, false)
+}
+
+/// A warm pool's pod, built from the pool's template as a session without
+/// tools (`crate::warm` gives it the pool's labels and owner): its runner
+/// waits for a binding, and its toolset ConfigMap is optional, because it
+/// is written only when a session claims the pod.
+pub fn build_warm_pod(template: &AgentSession, cfg: &PodConfig) -> Pod {
+    build(template, cfg, true)
+}
+
+fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
     let names = Names::of(session);
     let spec = &session.spec;
     let pod_spec = PodSpec {
         init_containers: Some(vec![install_container(cfg)]),
-        containers: vec![sandbox_container(session, cfg)],
+        containers: vec![sandbox_container(session, cfg, warm)],
         volumes: Some(vec![
             empty_dir(BIN_VOLUME),
             empty_dir(RUN_VOLUME),
@@ -164,6 +186,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
                 name: "toolset".to_owned(),
                 config_map: Some(ConfigMapVolumeSource {
                     name: names.configmap.clone(),
+                    optional: warm.then_some(true),
                     ..ConfigMapVolumeSource::default()
                 }),
                 ..Volume::default()
@@ -269,9 +292,10 @@ fn install_container(cfg: &PodConfig) -> Container {
 /// The runner's `serve` command line in the sandbox container. An idle
 /// timeout that is not positive (the CRD's validation refuses those) is
 /// left out rather than handed to a runner that would refuse to start.
-fn serve(session: &AgentSession) -> Serve {
+fn serve(session: &AgentSession, warm: bool) -> Serve {
     let spec = &session.spec;
     Serve {
+        await_binding: warm.then(|| format!("{TOOLSET_DIR}/{}", runner_api::BINDING_FILE)),
         socket: RUNNER_SOCKET.to_owned(),
         listen: Some(RUNNER_LISTEN),
         workdir: spec.workdir.clone(),
@@ -320,7 +344,7 @@ pub fn state_dir(session: &AgentSession) -> String {
 pub const WORKSPACE_STATE_DIR: &str = ".agentplane/state";
 
 /// The session's image running the runner as its process.
-fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
+fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Container {
     let spec = &session.spec;
     let mut env = vec![EnvVar {
         name: "HOME".to_owned(),
@@ -337,7 +361,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig) -> Container {
         image: Some(spec.image.clone()),
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(vec![SANDBOX_BIN.to_owned()]),
-        args: Some(serve(session).args()),
+        args: Some(serve(session, warm).args()),
         working_dir: Some(spec.workdir.clone()),
         env: Some(env),
         resources: spec

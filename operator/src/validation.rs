@@ -150,6 +150,7 @@ pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
     }
     check_servers(spec, &used_servers, &mut out);
     check_lifecycle(spec, &mut out);
+    check_warm_pool(spec, &mut out);
     out
 }
 
@@ -182,6 +183,43 @@ fn check_lifecycle(spec: &AgentSessionSpec, out: &mut Findings) {
                 message: "set idleSuspendSeconds (suspend when idle) or idleTimeoutSeconds (end when idle), not both".into(),
             });
         }
+    }
+}
+
+/// `spec.warmPool` names an object: a DNS subdomain. A session that asks
+/// for what no warm pod can be (a persistent workspace, a suspension) is
+/// told now that it will always start cold, rather than after each claim.
+fn check_warm_pool(spec: &AgentSessionSpec, out: &mut Findings) {
+    let Some(pool) = spec.warm_pool.as_deref() else {
+        return;
+    };
+    let dns = !pool.is_empty()
+        && pool.len() <= 253
+        && pool.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if !dns {
+        out.errors.push(Finding {
+            path: "spec.warmPool".into(),
+            message: format!(
+                "{:?} is not an object name (lowercase letters, digits, '-' and '.', at most 253)",
+                toolset::truncate_runes(pool, 64)
+            ),
+        });
+        return;
+    }
+    let claim = spec
+        .workspace
+        .as_ref()
+        .is_some_and(|w| w.volume_claim_template.is_some());
+    if claim {
+        out.warnings.push(
+            "spec.warmPool: a session with a persistent workspace always starts cold (its claim cannot be made ahead of it)".into(),
+        );
     }
 }
 

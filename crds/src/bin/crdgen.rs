@@ -1,7 +1,17 @@
-//! Prints the AgentSession CRD as YAML (`cargo run -p crds --bin crdgen > FILE`).
+//! Prints a CRD as YAML: `cargo run -p crds --bin crdgen [-- agentwarmpools] > FILE`
+//! (the AgentSession CRD without an argument).
 
 fn main() -> std::process::ExitCode {
-    match crds::crd_yaml() {
+    let which = std::env::args().nth(1);
+    let yaml = match which.as_deref() {
+        None | Some("agentsessions") => crds::crd_yaml(),
+        Some("agentwarmpools") => crds::pool_crd_yaml(),
+        Some(other) => {
+            eprintln!("crdgen: unknown CRD {other:?}; say agentsessions or agentwarmpools");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match yaml {
         Ok(yaml) => {
             print!("{yaml}");
             std::process::ExitCode::SUCCESS

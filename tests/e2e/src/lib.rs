@@ -66,22 +66,25 @@ fn built_bin(name: &str, package: &str) -> PathBuf {
     p
 }
 
-/// Applies the CRD as the chart ships it and waits until it is served.
+/// Applies the CRDs as the chart ships them and waits until they are served.
 pub fn install_crd(k: &Kubectl) {
-    let crd = root().join("charts/agentplane/crds/agentsessions.agentplane.dev.yaml");
-    k.must(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &crd.to_string_lossy(),
-    ]);
-    k.must(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/agentsessions.agentplane.dev",
-        "--timeout=60s",
-    ]);
+    for file in crds::CRD_FILES {
+        let crd = root().join("charts/agentplane/crds").join(file);
+        k.must(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &crd.to_string_lossy(),
+        ]);
+        let name = format!("crd/{}", file.trim_end_matches(".yaml"));
+        k.must(&[
+            "wait",
+            "--for=condition=Established",
+            &name,
+            "--timeout=60s",
+        ]);
+    }
 }
 
 /// A command's outcome, as text.
