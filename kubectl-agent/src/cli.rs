@@ -10,7 +10,7 @@ use runner_api::proto::RunRequest;
 use runner_api::{RUNNER_PORT, Refusal, exit};
 
 use crate::error::Error;
-use crate::{forward, session, wake};
+use crate::{forward, session, unbound, wake};
 
 /// Call an AgentSession's tools from kubectl.
 #[derive(Debug, Parser)]
@@ -156,10 +156,22 @@ async fn call(
     let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
     let mut runner = runner_api::Client::from_channel(channel);
     let id = id.unwrap_or_else(runner_api::generate_call_id);
-    let resp = runner
-        .run(&id, tool, input, confirm)
-        .await
-        .map_err(|e| refusal(e, tool, s.metadata.name.as_deref().unwrap_or_default()))?;
+    let name = s.metadata.name.as_deref().unwrap_or_default();
+    // A warm sandbox may not know its session yet (see `unbound`): the same
+    // call (nothing ran) is tried again on the same connection.
+    let mut unbound_since = None;
+    let resp = loop {
+        let e = match runner.run(&id, tool, input, confirm).await {
+            Ok(resp) => break resp,
+            Err(e) => e,
+        };
+        let since = *unbound_since.get_or_insert_with(std::time::Instant::now);
+        match unbound::next(&e, since.elapsed()) {
+            unbound::Next::Retry => tokio::time::sleep(unbound::PAUSE).await,
+            unbound::Next::GiveUp => return Err(not_bound(name)),
+            unbound::Next::Fail => return Err(refusal(e, tool, name)),
+        }
+    };
     if json {
         let line = serde_json::to_string(&resp).map_err(|e| Error::Output(e.to_string()))?;
         println!("{line}");
@@ -193,6 +205,15 @@ pub fn refusal(e: runner_api::Error, tool: &str, session: &str) -> Error {
             enabled: "(see kubectl agent tools)".into(),
         },
         _ => Error::Runner(e),
+    }
+}
+
+/// The error for a warm sandbox that stayed unbound past the plugin's
+/// patience.
+pub fn not_bound(session: &str) -> Error {
+    Error::NotBound {
+        session: session.to_owned(),
+        seconds: unbound::PATIENCE.as_secs(),
     }
 }
 
@@ -274,6 +295,15 @@ mod tests {
         }
         let busy = read(Refusal::Busy);
         assert!(busy.to_string().contains("runner's words"), "{busy}");
+
+        let late = not_bound("demo");
+        assert_eq!(late.exit_code(), exit::COULD_NOT_CALL);
+        assert!(late.to_string().contains("not bound within 10 s"), "{late}");
+        assert!(
+            late.to_string()
+                .contains("kubectl describe agentsession demo"),
+            "{late}"
+        );
 
         let broken = refusal(
             runner_api::Error::from(tonic::Status::unavailable("connection reset")),

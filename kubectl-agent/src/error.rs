@@ -19,6 +19,11 @@ pub enum Error {
         "AgentSession {session} was woken but its sandbox was not ready within {seconds}s; see kubectl describe agentsession {session}"
     )]
     WakeTimedOut { session: String, seconds: u64 },
+    /// The session's warm sandbox kept refusing calls as unbound.
+    #[error(
+        "the session's warm sandbox was not bound within {seconds} s; the operator writes the binding when it claims the pod -- see kubectl describe agentsession {session}"
+    )]
+    NotBound { session: String, seconds: u64 },
     #[error("tool {tool:?} is not enabled in AgentSession {session}; enabled: {enabled}")]
     Disabled {
         session: String,
@@ -70,6 +75,7 @@ impl Error {
             | Self::NotReady { .. }
             | Self::Suspended { .. }
             | Self::WakeTimedOut { .. }
+            | Self::NotBound { .. }
             | Self::PortForward { .. }
             | Self::Disconnected { .. }
             | Self::Output(_)

@@ -70,11 +70,7 @@ where
         let ended = match connect().await {
             Ok(mut client) => {
                 let opened = match first.take() {
-                    Some(r) => {
-                        client
-                            .run_stream(&r.id, &r.name, &r.input_json, r.confirmed)
-                            .await
-                    }
+                    Some(r) => start(&mut client, &r, session).await?,
                     None => client.attach(&id, p.offsets[0], p.offsets[1]).await,
                 };
                 match opened {
@@ -106,6 +102,33 @@ where
             });
         }
         tokio::time::sleep(pause(p.failures)).await;
+    }
+}
+
+/// Starts the streamed call, trying again on the same connection while the
+/// runner refuses it as unbound (a warm sandbox whose binding is on its
+/// way; nothing ran). `Err` when it stayed unbound past the plugin's
+/// patience; otherwise the runner's answer.
+async fn start(
+    client: &mut Client,
+    r: &RunRequest,
+    session: &str,
+) -> Result<Result<runner_api::Events, runner_api::Error>, Error> {
+    let mut unbound_since = None;
+    loop {
+        let e = match client
+            .run_stream(&r.id, &r.name, &r.input_json, r.confirmed)
+            .await
+        {
+            Ok(events) => return Ok(Ok(events)),
+            Err(e) => e,
+        };
+        let since = *unbound_since.get_or_insert_with(std::time::Instant::now);
+        match crate::unbound::next(&e, since.elapsed()) {
+            crate::unbound::Next::Retry => tokio::time::sleep(crate::unbound::PAUSE).await,
+            crate::unbound::Next::GiveUp => return Err(crate::cli::not_bound(session)),
+            crate::unbound::Next::Fail => return Ok(Err(e)),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod error;
 pub mod follow;
 pub mod forward;
 pub mod session;
+pub mod unbound;
 pub mod wake;
 
 pub use error::Error;

@@ -69,6 +69,12 @@ pub struct ServeArgs {
     /// session then ends. Off when absent.
     #[arg(long)]
     pub idle_timeout_seconds: Option<u64>,
+    /// Start unbound, as a warm pool's sandbox: refuse every call
+    /// (UNAVAILABLE, "unbound") until this binding file and the --toolset
+    /// file both appear and parse, then serve the session they name. Until
+    /// then a missing --toolset file is expected, not an error.
+    #[arg(long, value_name = "PATH", requires = "toolset")]
+    pub await_binding: Option<PathBuf>,
     /// How often the --toolset file is checked for changes (a mounted
     /// ConfigMap is updated in place by the kubelet).
     #[arg(long, default_value_t = 5)]
@@ -170,17 +176,34 @@ fn parse_session(s: &str) -> Result<String, String> {
         .map_err(|e| format!("session id {s:?} cannot name a directory: {e}"))
 }
 
+/// The largest toolset file the runner reads: the ConfigMap it comes in
+/// holds 1 MiB in all.
+pub const MAX_TOOLSET_BYTES: u64 = 1 << 20;
+
 /// Loads the `--toolset` file, or the default toolset when there is none.
 pub fn load_toolset(path: Option<&PathBuf>) -> Result<toolset::ResolvedToolset, Error> {
     let Some(path) = path else {
         return Ok(toolset::ResolvedToolset::default_enabled());
     };
-    let bytes = std::fs::read(path).map_err(|e| Error::ToolsetFile {
-        path: path.clone(),
-        message: crate::fsutil::describe(&e),
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::ToolsetFile {
-        path: path.clone(),
+    let bytes = read_toolset(path)?;
+    parse_toolset(path, &bytes)
+}
+
+/// The toolset file's bytes, at most [`MAX_TOOLSET_BYTES`] of them.
+pub fn read_toolset(path: &std::path::Path) -> Result<Vec<u8>, Error> {
+    crate::fsutil::read_config_file(path, MAX_TOOLSET_BYTES).map_err(|e| Error::ToolsetFile {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// A toolset file's bytes as a resolved toolset.
+pub fn parse_toolset(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<toolset::ResolvedToolset, Error> {
+    serde_json::from_slice(bytes).map_err(|e| Error::ToolsetFile {
+        path: path.to_path_buf(),
         message: format!(
             "not a resolved toolset ({{\"tools\": [...], \"policies\": {{...}}}}): {e}"
         ),
@@ -224,6 +247,7 @@ mod tests {
             state_dir: Some(runner_api::STATE_DIR.into()),
             spill_dir: Some(runner_api::SPILL_DIR.into()),
             idle_timeout_seconds: Some(600),
+            await_binding: Some("/etc/agentplane/binding.json".into()),
         };
         let Serve {
             socket,
@@ -234,6 +258,7 @@ mod tests {
             state_dir,
             spill_dir,
             idle_timeout_seconds,
+            await_binding,
         } = rendered.clone();
         let cli = Cli::try_parse_from(rendered.command(runner_api::SANDBOX_BIN))
             .unwrap_or_else(|e| panic!("the runner rejects the operator's serve: {e}"));
@@ -248,6 +273,7 @@ mod tests {
         assert_eq!(args.state_dir, state_dir.map(PathBuf::from));
         assert_eq!(Some(args.spill_dir), spill_dir.map(PathBuf::from));
         assert_eq!(args.idle_timeout_seconds, idle_timeout_seconds);
+        assert_eq!(args.await_binding, await_binding.map(PathBuf::from));
     }
 
     #[test]
@@ -261,6 +287,7 @@ mod tests {
         assert_eq!(args.toolset, None);
         assert_eq!(args.session, "default");
         assert_eq!(args.idle_timeout_seconds, None);
+        assert_eq!(args.await_binding, None);
     }
 
     #[test]

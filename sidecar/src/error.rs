@@ -49,6 +49,13 @@ pub enum Error {
     )]
     UnknownCall { id: String },
 
+    /// A warm pool's sandbox not yet bound to a session: no toolset is in
+    /// force, so nothing runs until the operator writes the binding.
+    #[error(
+        "this sandbox is a warm pool's and not bound to a session yet; retry shortly (the session that claimed it is writing its binding)"
+    )]
+    Unbound,
+
     /// The call id cannot name the call's files.
     #[error("invalid call id: {reason}")]
     InvalidCallId { id: String, reason: String },
@@ -110,7 +117,8 @@ impl Error {
             | Error::Busy { .. }
             | Error::TooManyCalls { .. }
             | Error::CallRunning { .. }
-            | Error::UnknownCall { .. } => self.refusal().map_or("refused", Refusal::as_str),
+            | Error::UnknownCall { .. }
+            | Error::Unbound => self.refusal().map_or("refused", Refusal::as_str),
             Error::Io { .. } => "io",
             Error::SupervisorGone => "supervisor_gone",
             Error::ToolsetFile { .. } => "toolset_file",
@@ -133,6 +141,7 @@ impl Error {
             Error::TooManyCalls { .. } => Some(Refusal::TooManyCalls),
             Error::CallRunning { .. } => Some(Refusal::CallRunning),
             Error::UnknownCall { .. } => Some(Refusal::UnknownCall),
+            Error::Unbound => Some(Refusal::Unbound),
             Error::Io { .. }
             | Error::SupervisorGone
             | Error::ToolsetFile { .. }

@@ -152,6 +152,55 @@ pub fn read_capped(file: &mut File, size_hint: u64, cap: u64) -> io::Result<(Vec
     Ok((buf, over))
 }
 
+/// Why one of the runner's own input files (the toolset, the binding)
+/// could not be read.
+#[derive(Debug)]
+pub enum ConfigReadError {
+    /// Not there (yet): a warm sandbox's files appear when it is claimed.
+    Missing,
+    /// There, but not readable as asked; the message names the file and why.
+    Unusable(String),
+}
+
+impl std::fmt::Display for ConfigReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigReadError::Missing => f.write_str("no such file or directory"),
+            ConfigReadError::Unusable(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Reads a file the operator hands the runner (through a mounted
+/// ConfigMap), whole, and only if it holds at most `cap` bytes. It goes
+/// through [`open_regular`] and [`read_capped`] like a tool's read, because
+/// the sandbox user can replace these files too: a FIFO in their place must
+/// not block the runner, nor an endless file grow it.
+pub fn read_config_file(path: &Path, cap: u64) -> Result<Vec<u8>, ConfigReadError> {
+    let (mut file, meta) = open_regular(path).map_err(|e| match e {
+        OpenError::Io(e) if e.kind() == io::ErrorKind::NotFound => ConfigReadError::Missing,
+        OpenError::NotRegular(kind) => {
+            ConfigReadError::Unusable(format!("is {kind}, not a regular file"))
+        }
+        e => ConfigReadError::Unusable(e.describe()),
+    })?;
+    if meta.len() > cap {
+        return Err(too_large(cap));
+    }
+    let (bytes, over) = read_capped(&mut file, meta.len(), cap)
+        .map_err(|e| ConfigReadError::Unusable(describe(&e)))?;
+    if over {
+        return Err(too_large(cap));
+    }
+    Ok(bytes)
+}
+
+fn too_large(cap: u64) -> ConfigReadError {
+    ConfigReadError::Unusable(format!(
+        "larger than {cap} bytes, the most the runner reads of it (a ConfigMap holds 1 MiB)"
+    ))
+}
+
 /// Writes `data` to `path` atomically and durably: a temporary file in the
 /// same directory, fsynced, renamed over the target, then the directory
 /// fsynced, so a reader never sees half a file, a failed write leaves the old

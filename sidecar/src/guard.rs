@@ -18,6 +18,10 @@ use crate::fsutil;
 struct Entry {
     path: PathBuf,
     tree: bool,
+    /// Resolved again at each check: a file the kubelet mounts from a
+    /// ConfigMap is a symlink into a timestamped directory that changes at
+    /// every update (and a warm sandbox's files do not exist at start).
+    live: bool,
     what: &'static str,
 }
 
@@ -31,28 +35,42 @@ pub struct Protected {
 impl Protected {
     /// Protects the directory tree at `dir`.
     pub fn tree(mut self, dir: &Path, what: &'static str) -> Self {
-        self.add(dir, true, what);
+        self.add(dir, true, false, what);
         self
     }
 
     /// Protects the single file at `file`.
     pub fn file(mut self, file: &Path, what: &'static str) -> Self {
-        self.add(file, false, what);
+        self.add(file, false, false, what);
         self
     }
 
-    fn add(&mut self, path: &Path, tree: bool, what: &'static str) {
+    /// Protects the single file at `file`, wherever its symlinks lead at the
+    /// time of each check: for files that are replaced by swapping a link
+    /// (a mounted ConfigMap's), or that appear after start.
+    pub fn swapped_file(mut self, file: &Path, what: &'static str) -> Self {
+        self.add(file, false, true, what);
+        self
+    }
+
+    fn add(&mut self, path: &Path, tree: bool, live: bool, what: &'static str) {
         let lexical = fsutil::lexical_clean(
             &std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
         );
         let resolved = fsutil::canonical(&lexical);
         for p in [lexical, resolved] {
-            if !self.entries.iter().any(|e| e.path == p && e.tree == tree) {
-                self.entries.push(Entry {
+            match self
+                .entries
+                .iter_mut()
+                .find(|e| e.path == p && e.tree == tree)
+            {
+                Some(e) => e.live |= live,
+                None => self.entries.push(Entry {
                     path: p,
                     tree,
+                    live,
                     what,
-                });
+                }),
             }
         }
     }
@@ -64,7 +82,7 @@ impl Protected {
             let hit = if e.tree {
                 canonical.starts_with(&e.path)
             } else {
-                canonical == e.path
+                canonical == e.path || (e.live && canonical == fsutil::canonical(&e.path))
             };
             hit.then_some(e.what)
         })
@@ -99,5 +117,25 @@ mod tests {
         assert!(p.check(&c("sock2")).is_none());
         assert!(p.check(&c("statex/a")).is_none());
         assert!(p.check(&c("work/../state/x")).is_some());
+    }
+
+    /// A ConfigMap volume: `f` is a link to `..data/f`, `..data` a link to
+    /// a timestamped directory the kubelet replaces at each update. A file
+    /// that did not exist when protected is protected once it does.
+    #[test]
+    fn swapped_files_are_followed_where_they_lead_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        let p = Protected::default().swapped_file(&real.join("binding.json"), "a runner file");
+        let c = |rel: &str| fsutil::canonical(&real.join(rel));
+        assert!(p.check(&c("binding.json")).is_some());
+        std::fs::create_dir(real.join("..2024_1")).unwrap();
+        std::fs::write(real.join("..2024_1/binding.json"), b"{}").unwrap();
+        std::os::unix::fs::symlink("..2024_1", real.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/binding.json", real.join("binding.json")).unwrap();
+        assert!(p.check(&c("binding.json")).is_some());
+        assert!(p.check(&c("..data/binding.json")).is_some());
+        assert!(p.check(&c("..2024_1/binding.json")).is_some());
+        assert!(p.check(&c("..2024_1/other.json")).is_none());
     }
 }

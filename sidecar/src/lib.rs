@@ -14,6 +14,7 @@
 //! line the operator renders, exit codes -- lives in the `runner-api` crate.
 
 pub mod authority;
+pub mod binding;
 pub mod calls;
 pub mod cli;
 pub mod error;

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{ServeArgs, load_toolset};
+use toolset::ResolvedToolset;
+
+use crate::binding::{AwaitBinding, Bound};
+use crate::cli::{ServeArgs, load_toolset, parse_toolset, read_toolset};
 use crate::service::{Listen, serve as serve_grpc};
 use crate::{Error, Runner, RunnerConfig};
 
@@ -45,11 +48,32 @@ const TELEMETRY: telemetry::Setup = telemetry::Setup {
     metrics: true,
 };
 
-/// The runner's configuration from the flags. The socket and the toolset
-/// file are protected: the file tools must not let the model replace the
-/// runner's own way in or its policy.
+/// The runner's configuration from the flags. The socket, the toolset file
+/// and the binding file are protected: the file tools must not let the
+/// model replace the runner's own way in, its policy or its session.
 fn config(args: &ServeArgs) -> Result<RunnerConfig, Error> {
-    let toolset = load_toolset(args.toolset.as_ref())?;
+    let await_binding = match (&args.await_binding, &args.toolset) {
+        (Some(binding), Some(toolset)) => Some(AwaitBinding {
+            binding: binding.clone(),
+            toolset: toolset.clone(),
+        }),
+        (Some(_), None) => {
+            return Err(Error::Usage(
+                "--await-binding needs --toolset: a warm sandbox binds once both files are there"
+                    .into(),
+            ));
+        }
+        (None, _) => None,
+    };
+    // A warm sandbox's toolset file does not exist before it is claimed;
+    // until then nothing is enabled (and every call is refused unbound).
+    let toolset = match await_binding {
+        Some(_) => ResolvedToolset {
+            tools: Vec::new(),
+            policies: Default::default(),
+        },
+        None => load_toolset(args.toolset.as_ref())?,
+    };
     let state_dir = args
         .state_dir
         .clone()
@@ -63,16 +87,39 @@ fn config(args: &ServeArgs) -> Result<RunnerConfig, Error> {
     config.limits = args.limits();
     config.protected = std::iter::once(args.socket.clone())
         .chain(args.toolset.clone())
+        .chain(args.await_binding.clone())
         .collect();
+    config.await_binding = await_binding;
     Ok(config)
 }
 
+/// How often an unbound runner looks for its binding. Calls look too, so
+/// this only matters for a sandbox nobody calls yet (its idle clock starts
+/// at binding).
+pub const BIND_POLL: Duration = Duration::from_millis(200);
+
 async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
     let runner = Runner::new(config)?;
-    tracing::info!(workdir = %runner.workdir().display(), session = %args.session, "runner ready");
-    if let Some(path) = args.toolset.clone() {
-        let every = Duration::from_secs(args.toolset_poll_seconds.max(1));
-        tokio::spawn(watch_toolset(runner.clone(), path, every));
+    tracing::info!(
+        workdir = %runner.workdir().display(),
+        session = %args.session,
+        awaiting_binding = !runner.is_bound(),
+        "runner ready"
+    );
+    let every = Duration::from_secs(args.toolset_poll_seconds.max(1));
+    if let Some(awaited) = runner.awaited().cloned() {
+        let runner = runner.clone();
+        tokio::spawn(async move {
+            let bound = await_binding(&runner, BIND_POLL).await;
+            // Watched from the bytes bound, so a change made between the
+            // binding and this task's start is not missed.
+            let (toolset, binding) = (bound.toolset_bytes.clone(), bound.binding_bytes.clone());
+            tokio::spawn(note_rebinding(awaited.binding, binding, every));
+            watch_toolset(runner, awaited.toolset, every, Some(toolset)).await;
+        });
+    } else if let Some(path) = args.toolset.clone() {
+        let last = read_toolset(&path).ok();
+        tokio::spawn(watch_toolset(runner.clone(), path, every, last));
     }
     let idle = args.idle_timeout_seconds.map(Duration::from_secs);
     let watched = runner.clone();
@@ -87,6 +134,40 @@ async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
         }
     })
     .await
+}
+
+/// Polls until the runner is bound (a call may bind it first) and returns
+/// the binding. The files are small and bounded, and the poll stops at
+/// binding.
+pub async fn await_binding(runner: &Runner, every: Duration) -> &Bound {
+    loop {
+        // A call that arrived with the files binds too; either way the
+        // binding is made once (see `binding::Gate`).
+        let _ = runner.ensure_bound();
+        if let Some(bound) = runner.binding() {
+            return bound;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A bound runner stays bound to its session for its life: a binding file
+/// that changes later is not applied (the session's environment is in its
+/// shells' state already), and this says so in the log, once.
+async fn note_rebinding(path: PathBuf, bound: Vec<u8>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        match crate::fsutil::read_config_file(&path, runner_api::binding::MAX_BINDING_BYTES) {
+            Ok(now) if now == bound => {}
+            _ => {
+                tracing::warn!(
+                    file = %path.display(),
+                    "the binding file changed after this runner was bound; a sandbox stays bound to its first session, so the change is ignored"
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Resolves once the runner has been idle for `limit` (never without one).
@@ -112,16 +193,17 @@ pub async fn idle_timeout(runner: Runner, limit: Option<Duration>) {
 /// Re-reads the toolset file when its bytes change, because the kubelet
 /// updates a mounted ConfigMap in place and a policy change must not need
 /// a new pod. A broken file keeps the toolset in force (and says so)
-/// rather than opening every tool.
-pub async fn watch_toolset(runner: Runner, path: PathBuf, every: Duration) {
-    let mut last = std::fs::read(&path).ok();
+/// rather than opening every tool. `last` is the bytes of the toolset in
+/// force. Reads are bounded ([`crate::cli::MAX_TOOLSET_BYTES`]).
+pub async fn watch_toolset(runner: Runner, path: PathBuf, every: Duration, last: Option<Vec<u8>>) {
+    let mut last = last;
     loop {
         tokio::time::sleep(every).await;
-        let now = std::fs::read(&path).ok();
-        if now.is_none() || now == last {
+        let now = read_toolset(&path).ok();
+        let Some(bytes) = now.as_ref().filter(|_| now != last) else {
             continue;
-        }
-        match load_toolset(Some(&path)) {
+        };
+        match parse_toolset(&path, bytes) {
             Ok(ts) => {
                 tracing::info!(path = %path.display(), tools = ts.tools.len(), "toolset changed; now enforcing it");
                 runner.set_toolset(ts);

@@ -8,6 +8,7 @@ use std::time::Instant;
 use toolset::{PermissionPolicy, ResolvedToolset};
 
 use crate::Error;
+use crate::binding::{AwaitBinding, Bound, Found, Gate};
 use crate::calls::Record;
 use crate::guard::Protected;
 use crate::output::{Output, Spill, finish};
@@ -33,6 +34,10 @@ pub struct RunnerConfig {
     /// toolset file), which the file tools refuse; the state directory, the
     /// runner's binary and the programs it runs are added by [`Runner::new`].
     pub protected: Vec<PathBuf>,
+    /// A warm pool's sandbox: start unbound, with `toolset` (which then
+    /// enables nothing) in force only until these files bind the runner to
+    /// its session (see [`crate::binding`]).
+    pub await_binding: Option<AwaitBinding>,
 }
 
 /// The runner's bounds, each a command-line flag of `serve`.
@@ -74,6 +79,7 @@ impl RunnerConfig {
             toolset,
             limits: Limits::default(),
             protected: Vec::new(),
+            await_binding: None,
         }
     }
 
@@ -109,6 +115,9 @@ struct Inner {
     /// Streamed calls by id.
     calls: crate::calls::Calls,
     max_concurrent_calls: usize,
+    /// A warm sandbox's wait for its session; `None` for a runner started
+    /// bound (the usual case).
+    gate: Option<Gate>,
 }
 
 impl Runner {
@@ -153,6 +162,7 @@ impl Runner {
             config.limits.call,
         )?;
         let limits = config.limits;
+        let gate = config.await_binding.map(Gate::new);
         Ok(Runner {
             inner: Arc::new(Inner {
                 ctx,
@@ -166,6 +176,7 @@ impl Runner {
                 slots: Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_calls)),
                 calls: crate::calls::Calls::default(),
                 max_concurrent_calls: limits.max_concurrent_calls,
+                gate,
             }),
         })
     }
@@ -188,8 +199,68 @@ impl Runner {
         *slot = Arc::new(toolset);
     }
 
-    /// How long since a call last started or ended.
+    /// Binds a warm sandbox to its session if the files are there, and
+    /// says whether the runner may run calls: `Err(Error::Unbound)` while it
+    /// waits. Every call that runs a tool asks first, so the first call after
+    /// the kubelet writes the files is served rather than refused; the poll
+    /// in `serve` binds a sandbox nobody calls. Cheap once bound (one atomic
+    /// load); concurrent callers bind once.
+    pub fn ensure_bound(&self) -> Result<(), Error> {
+        let Some(gate) = &self.inner.gate else {
+            return Ok(());
+        };
+        gate.try_bind(|found| self.bind(found))
+            .map(|_| ())
+            .ok_or(Error::Unbound)
+    }
+
+    /// Whether the runner serves calls: started bound, or bound since.
+    pub fn is_bound(&self) -> bool {
+        self.inner.gate.as_ref().is_none_or(|g| g.bound().is_some())
+    }
+
+    /// The binding a warm sandbox was bound with, once it is.
+    pub fn binding(&self) -> Option<&Bound> {
+        self.inner.gate.as_ref().and_then(Gate::bound)
+    }
+
+    /// Where a warm sandbox's binding and toolset files are.
+    pub fn awaited(&self) -> Option<&AwaitBinding> {
+        self.inner.gate.as_ref().map(|g| &g.paths)
+    }
+
+    /// Applies a binding: the session's toolset and environment, and the
+    /// idle clock started now (it does not run while a warm pod waits).
+    fn bind(&self, found: &Found) {
+        self.set_toolset(found.toolset.clone());
+        let env = found
+            .binding
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()));
+        let dropped = self.inner.ctx.bind_env(env);
+        if !dropped.is_empty() {
+            tracing::warn!(
+                names = ?dropped,
+                "the binding's environment names variables a shell never inherits (scrubbed); left out"
+            );
+        }
+        self.touch();
+        tracing::info!(
+            session = %toolset::truncate_runes(&found.binding.session, 253),
+            tools = found.toolset.tools.len(),
+            env = found.binding.env.len() - dropped.len(),
+            "bound to a session; serving its calls"
+        );
+    }
+
+    /// How long since a call last started or ended; zero while a warm
+    /// sandbox waits for its session, so the idle timeout never ends a pod
+    /// the pool is keeping warm.
     pub fn idle_for(&self) -> std::time::Duration {
+        if !self.is_bound() {
+            return std::time::Duration::ZERO;
+        }
         match self.inner.last_activity.lock() {
             Ok(t) => t.elapsed(),
             Err(poisoned) => poisoned.into_inner().elapsed(),
@@ -220,6 +291,11 @@ impl Runner {
         confirmed: bool,
     ) -> Result<ToolResult, Error> {
         let started = Instant::now();
+        if let Err(e) = self.ensure_bound() {
+            let res = Err(e);
+            crate::telemetry::record_run(name, started.elapsed(), &res);
+            return res;
+        }
         // Refused rather than queued: a queue would hold the request (and the
         // executor's lease) with no bound, where a refusal says what to do.
         let Ok(_slot) = Arc::clone(&self.inner.slots).try_acquire_owned() else {
@@ -249,11 +325,13 @@ impl Runner {
         confirmed: bool,
     ) -> Result<Arc<Record>, Error> {
         let started = Instant::now();
-        let slot = Arc::clone(&self.inner.slots)
-            .try_acquire_owned()
-            .map_err(|_| Error::Busy {
-                limit: self.inner.max_concurrent_calls,
-            });
+        let slot = self.ensure_bound().and_then(|()| {
+            Arc::clone(&self.inner.slots)
+                .try_acquire_owned()
+                .map_err(|_| Error::Busy {
+                    limit: self.inner.max_concurrent_calls,
+                })
+        });
         let slot = match slot {
             Ok(s) => s,
             Err(e) => {
@@ -421,7 +499,9 @@ fn protected_paths(
 ) -> Protected {
     let mut p = Protected::default().tree(state_dir, "the runner's state directory");
     for path in extra {
-        p = p.file(path, "one of the runner's own files");
+        // Followed at each check: the toolset and binding files come from a
+        // mounted ConfigMap, whose links the kubelet swaps.
+        p = p.swapped_file(path, "one of the runner's own files");
     }
     if let Ok(exe) = std::env::current_exe() {
         p = p.file(&exe, "the runner's binary");

@@ -99,7 +99,7 @@ impl RunnerRpc for Service {
                 req.confirmed,
             )
             .map_err(|e| {
-                tracing::warn!(id = %req.id, tool = %req.name, error = %e, "call not run");
+                not_run(&req.id, &req.name, &e);
                 e.to_status()
             })?;
         // A shutdown waits for streamed calls as for any other.
@@ -153,7 +153,7 @@ impl RunnerRpc for Service {
                 is_error: r.is_error,
             })),
             Err(e) => {
-                tracing::warn!(id = %req.id, tool = %req.name, error = %e, "call not run");
+                not_run(&req.id, &req.name, &e);
                 Err(e.to_status())
             }
         }
@@ -163,6 +163,9 @@ impl RunnerRpc for Service {
         &self,
         _request: Request<ListToolsRequest>,
     ) -> Result<Response<ListToolsResponse>, Status> {
+        // An unbound sandbox's toolset is no session's: an empty list would
+        // read as "this session enables nothing".
+        self.runner.ensure_bound().map_err(|e| e.to_status())?;
         let ts = self.runner.toolset();
         let tools = ts
             .tools
@@ -178,6 +181,17 @@ impl RunnerRpc for Service {
             })
             .collect();
         Ok(Response::new(ListToolsResponse { tools }))
+    }
+}
+
+/// Logs a call the runner did not run. An unbound warm sandbox refuses
+/// every call until its session's files arrive, and clients retry that
+/// refusal every few milliseconds: those are routine, not warnings.
+fn not_run(id: &str, tool: &str, e: &Error) {
+    if matches!(e, Error::Unbound) {
+        tracing::debug!(id = %id, tool = %tool, error = %e, "call not run");
+    } else {
+        tracing::warn!(id = %id, tool = %tool, error = %e, "call not run");
     }
 }
 

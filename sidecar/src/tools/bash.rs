@@ -136,7 +136,8 @@ async fn exec(
     live: Option<&Record>,
 ) -> Result<Output, Error> {
     let loaded = ctx.snapshot.load();
-    let state = loaded.state.as_deref().unwrap_or(&ctx.initial_state);
+    let initial = ctx.initial_state();
+    let state = loaded.state.as_deref().unwrap_or(&initial);
     let sh = start_shell(ctx, &shell::payload(state, command)).await?;
     // The next call's shell starts while this command runs.
     park_next(ctx);

@@ -13,7 +13,7 @@ pub mod write;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::de::DeserializeOwned;
 
@@ -53,8 +53,10 @@ pub struct Ctx {
     pub limits: CallLimits,
     /// A shell started ahead of the next bash call (see [`shell`]).
     pub parked: Mutex<Option<shell::Shell>>,
-    /// What a session's first shell evaluates: the runner's environment.
-    pub initial_state: Vec<u8>,
+    /// What a session's first shell evaluates: the runner's environment,
+    /// and for a warm pool's sandbox the bound session's after it (see
+    /// [`Ctx::bind_env`]). Behind a lock because binding comes after start.
+    initial_state: RwLock<Arc<Vec<u8>>>,
 }
 
 /// Bounds on what one call may consume.
@@ -127,8 +129,44 @@ impl Ctx {
             journal,
             limits,
             parked: Mutex::new(None),
-            initial_state: shell::initial_state(),
+            initial_state: RwLock::new(Arc::new(shell::initial_state())),
         })
+    }
+
+    /// What a session's first shell evaluates (no snapshot yet).
+    pub fn initial_state(&self) -> Arc<Vec<u8>> {
+        let state = self
+            .initial_state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&state)
+    }
+
+    /// Adds a bound session's environment to the initial state, after the
+    /// runner's own, so the session's value of a name wins over the pool
+    /// template's. Names that cannot reach a shell (not an identifier, the
+    /// call marker, a scrubbed prefix) are left out, as they are from the
+    /// runner's environment; their names are returned so the caller can
+    /// say so. A value must hold no NUL (the binding is checked first).
+    pub fn bind_env<'a>(&self, env: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<String> {
+        let mut dropped = Vec::new();
+        let mut extra = Vec::new();
+        for (name, value) in env {
+            if shell::is_identifier(name) && shell::passed_on(name) && !value.contains('\0') {
+                shell::declare(&mut extra, name, value.as_bytes());
+            } else {
+                dropped.push(name.to_owned());
+            }
+        }
+        let mut state = self
+            .initial_state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = Vec::with_capacity(state.len() + extra.len());
+        next.extend_from_slice(&state);
+        next.extend_from_slice(&extra);
+        *state = Arc::new(next);
+        dropped
     }
 
     /// A per-call working file, unique even when two calls share an id.

@@ -92,30 +92,44 @@ pub fn initial_state() -> Vec<u8> {
         let (Some(k), v) = (k.to_str(), v.as_bytes()) else {
             continue;
         };
-        let identifier = k
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
-        if k.is_empty()
-            || !identifier
-            || k == MARKER_VAR
-            || SCRUBBED_PREFIXES.iter().any(|p| k.starts_with(p))
-        {
-            continue;
+        if is_identifier(k) && passed_on(k) {
+            declare(&mut out, k, v);
         }
-        out.extend_from_slice(b"declare -x ");
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(b"='");
-        for &b in v {
-            if b == b'\'' {
-                out.extend_from_slice(b"'\\''");
-            } else {
-                out.push(b);
-            }
-        }
-        out.extend_from_slice(b"'\n");
     }
     out
+}
+
+/// Whether `name` can name a shell variable: `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_identifier(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()))
+}
+
+/// Whether a variable of this name reaches a model-driven shell: not the
+/// call marker (the runner sets it per call) and not a scrubbed name.
+pub fn passed_on(name: &str) -> bool {
+    name != MARKER_VAR && !SCRUBBED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Appends `declare -x NAME='value'` (the value single-quoted, each `'`
+/// written as `'\''`), which the shell evaluates as its state. The caller
+/// checks the name ([`is_identifier`]); a value must hold no NUL, which ends
+/// the state in the shell's input.
+pub fn declare(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(b"declare -x ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"='");
+    for &b in value {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.extend_from_slice(b"'\n");
 }
 
 /// Starts a shell. With `payload`, it starts running at once; without, it
@@ -277,5 +291,24 @@ mod tests {
             assert!(line.starts_with("declare -x "), "{line}");
             assert!(!line.contains("ANTHROPIC_"), "{line}");
         }
+    }
+
+    #[test]
+    fn declarations_quote_every_quote_and_names_are_checked() {
+        let mut out = Vec::new();
+        declare(&mut out, "GREETING", b"it's 'warm'\nline");
+        assert_eq!(
+            out,
+            b"declare -x GREETING='it'\\''s '\\''warm'\\''\nline'\n"
+        );
+        for good in ["A", "_", "a_1", "_9"] {
+            assert!(is_identifier(good), "{good}");
+        }
+        for bad in ["", "1BAD", "A-B", "A B", "É", "a=b"] {
+            assert!(!is_identifier(bad), "{bad}");
+        }
+        assert!(!passed_on("ANTHROPIC_API_KEY"));
+        assert!(!passed_on(MARKER_VAR));
+        assert!(passed_on("HOME"));
     }
 }
