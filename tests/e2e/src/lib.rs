@@ -68,8 +68,15 @@ fn built_bin(name: &str, package: &str) -> PathBuf {
 
 /// Applies the CRDs as the chart ships them and waits until they are served.
 pub fn install_crd(k: &Kubectl) {
-    for file in crds::CRD_FILES {
-        let crd = root().join("charts/agentplane/crds").join(file);
+    let dir = root().join("charts/agentplane/crds");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the chart's crds directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|f| f.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    for file in &files {
+        let crd = dir.join(file);
         k.must(&[
             "apply",
             "--server-side",

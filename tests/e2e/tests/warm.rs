@@ -48,7 +48,10 @@ fn pool_pods(k: &Kubectl) -> BTreeMap<String, (String, bool)> {
                 .flatten()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True");
             (
-                p["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
                 (
                     p["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
                     ready,
@@ -108,17 +111,22 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
 
     // A claim: the session runs in one of the pool's pods, the same pod.
     let extra = "  env: [{name: GREETING, value: \"it's warm\"}]\n";
-    let r = k.run(&["apply", "-n", NS, "-f", "-"], Some(&session_yaml("a", extra)));
+    let r = k.run(
+        &["apply", "-n", NS, "-f", "-"],
+        Some(&session_yaml("a", extra)),
+    );
     assert!(r.ok, "{}", r.stderr);
     let o = wait_ready(k, "a");
     let pod = o["status"]["podName"].as_str().expect("podName").to_owned();
     let (uid, _) = warm.get(&pod).unwrap_or_else(|| {
         panic!("session a runs in {pod}, not one of the pool's warm pods {warm:?}")
     });
-    let now = k
-        .get(&["pod", &pod, "-n", NS])
-        .expect("the claimed pod");
-    assert_eq!(now["metadata"]["uid"].as_str(), Some(uid.as_str()), "same pod");
+    let now = k.get(&["pod", &pod, "-n", NS]).expect("the claimed pod");
+    assert_eq!(
+        now["metadata"]["uid"].as_str(),
+        Some(uid.as_str()),
+        "same pod"
+    );
     let owner = &now["metadata"]["ownerReferences"][0];
     assert_eq!(
         (owner["kind"].as_str(), owner["uid"].as_str()),
@@ -133,11 +141,20 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
     let (code, _, err) = agent(
         k,
         NS,
-        &["call", "a", "write", r#"{"file_path":"/workspace/x","content":"no"}"#],
+        &[
+            "call",
+            "a",
+            "write",
+            r#"{"file_path":"/workspace/x","content":"no"}"#,
+        ],
     );
     assert_ne!(code, 0, "write is disabled in the session's toolset: {err}");
     assert!(err.contains("write"), "{err}");
-    let (code, out, err) = agent(k, NS, &["call", "a", "read", r#"{"file_path":"/etc/hostname"}"#]);
+    let (code, out, err) = agent(
+        k,
+        NS,
+        &["call", "a", "read", r#"{"file_path":"/etc/hostname"}"#],
+    );
     assert_eq!(code, 0, "{out}{err}");
 
     // Replenished: two ready pods again, the claimed one not among them.
@@ -146,23 +163,35 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
 
     // Exhausted (scaled to zero through the scale subresource): cold.
     k.must(&["scale", "agentwarmpool", "py", "-n", NS, "--replicas=0"]);
-    wait_for("the pool to empty", T, || pool_pods(k).is_empty().then_some(()));
-    let r = k.run(&["apply", "-n", NS, "-f", "-"], Some(&session_yaml("b", "")));
+    wait_for("the pool to empty", T, || {
+        pool_pods(k).is_empty().then_some(())
+    });
+    let r = k.run(
+        &["apply", "-n", NS, "-f", "-"],
+        Some(&session_yaml("b", "")),
+    );
     assert!(r.ok, "{}", r.stderr);
     let o = wait_ready(k, "b");
     assert_eq!(o["status"]["podName"], "b-sandbox");
     let (status, reason, message) = condition(&o, "WarmPool").expect("WarmPool");
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "PoolExhausted"), "{message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PoolExhausted"),
+        "{message}"
+    );
     // A spec the template cannot serve: cold, naming the field.
     let r = k.run(
         &["apply", "-n", NS, "-f", "-"],
-        Some(&session_yaml("c", "  workdir: /tmp\n")),
+        Some(&session_yaml("c", "  workdir: /src\n")),
     );
     assert!(r.ok, "{}", r.stderr);
     k.must(&["scale", "agentwarmpool", "py", "-n", NS, "--replicas=2"]);
     let o = wait_ready(k, "c");
     let (status, reason, message) = condition(&o, "WarmPool").expect("WarmPool");
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "TemplateMismatch"));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "TemplateMismatch")
+    );
     assert!(message.starts_with("spec.workdir"), "{message}");
     assert_eq!(o["status"]["podName"], "c-sandbox");
 
@@ -200,14 +229,19 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
         let o = wait_ready(k, name);
         pods_of.insert(
             name.clone(),
-            o["status"]["podName"].as_str().unwrap_or_default().to_owned(),
+            o["status"]["podName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         );
     }
     let distinct: BTreeSet<&String> = pods_of.values().collect();
-    assert_eq!(distinct.len(), racers.len(), "a pod named by two sessions: {pods_of:?}");
-    let sessions = k
-        .get(&["agentsessions", "-n", NS])
-        .expect("sessions");
+    assert_eq!(
+        distinct.len(),
+        racers.len(),
+        "a pod named by two sessions: {pods_of:?}"
+    );
+    let sessions = k.get(&["agentsessions", "-n", NS]).expect("sessions");
     let uid_of: BTreeMap<String, String> = sessions["items"]
         .as_array()
         .into_iter()
@@ -215,7 +249,10 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
         .map(|s| {
             (
                 s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                s["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                s["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             )
         })
         .collect();
@@ -246,13 +283,18 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
             }
         }
     }
-    // Session a and at most the pool's two for the racers, the rest cold.
-    assert!((2..=3).contains(&claimed_warm), "{claimed_warm} warm pods claimed");
+    // Session a's and at least one racer's; the rest claimed replenished
+    // pods or started cold.
+    assert!(claimed_warm >= 2, "{claimed_warm} warm pods claimed");
     // Each racer answers from its own pod.
     for name in &racers {
-        let (code, out, err) = agent(k, NS, &["bash", name, "--", "echo $HOSTNAME"]);
+        let (code, out, err) = agent(k, NS, &["bash", name, "--", "cat /etc/hostname"]);
         assert_eq!(code, 0, "{name}: {err}");
-        assert_eq!(out.trim(), pods_of[name], "{name} answered from another pod");
+        assert_eq!(
+            out.trim(),
+            pods_of[name],
+            "{name} answered from another pod"
+        );
     }
     wait_pool_ready(k, 2);
     drop(op2);
