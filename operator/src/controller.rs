@@ -455,10 +455,21 @@ async fn observe(
 ) -> Result<Observed> {
     let names = Names::of(session);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let mut pod = pods.get_opt(&names.pod).await?;
-    if pod.is_none() && session.spec.warm_pool.is_some() {
-        pod = claimed_pod(&pods, session).await?;
-    }
+    let by_name = pods.get_opt(&names.pod).await?;
+    let (pod, surplus) = match by_name {
+        // Someone else's pod under the session's name: the plan reports it.
+        Some(p) if !plan::owned_by(&p.metadata, session) => (Some(p), Vec::new()),
+        by_name if session.spec.warm_pool.is_some() => {
+            let mut all = session_pods(&pods, session).await?;
+            if let Some(p) = by_name
+                && !all.iter().any(|q| q.metadata.uid == p.metadata.uid)
+            {
+                all.push(p);
+            }
+            warm::pick(all)
+        }
+        by_name => (by_name, Vec::new()),
+    };
     // A claimed warm pod mounts the ConfigMap named after itself; it is the
     // session's to write only if it is the session's (or not there yet).
     let cm_name = pod
@@ -489,25 +500,24 @@ async fn observe(
         claim,
         network_policy,
         warm: None,
+        surplus,
     })
 }
 
-/// The warm pod `session` claimed, found by its session label and then
-/// checked by owner UID (a label alone anyone can set). The label list is
-/// how a claim interrupted right after its patch is found again.
-async fn claimed_pod(pods: &Api<Pod>, session: &AgentSession) -> Result<Option<Pod>> {
+/// Every pod `session` controls, found by its session label and then
+/// checked by owner UID (a label alone anyone can set): a claimed warm pod
+/// has the pool's name, not the session's, and the label list is how a
+/// claim interrupted right after its patch is found again.
+async fn session_pods(pods: &Api<Pod>, session: &AgentSession) -> Result<Vec<Pod>> {
     let selector = format!("{}={}", pod::SESSION_LABEL, Names::of(session).label);
     let listed = pods
         .list(&kube::api::ListParams::default().labels(&selector))
         .await?;
-    let mut ours: Vec<Pod> = listed
+    Ok(listed
         .items
         .into_iter()
         .filter(|p| warm::claimed_by(p, session))
-        .collect();
-    // One at most, by construction; prefer a live one if ever two.
-    ours.sort_by_key(|p| p.metadata.deletion_timestamp.is_some());
-    Ok(ours.into_iter().next())
+        .collect())
 }
 
 /// Most pods one claim tries before the session starts cold: each failed
@@ -665,6 +675,21 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
         }
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for (name, uid) in &plan.delete_pods {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(name, &params).await {
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            other => {
+                other?;
+            }
+        }
+    }
     match &plan.pod {
         PodAction::Keep | PodAction::WaitForDeletion => {}
         PodAction::Create(pod) => {

@@ -48,6 +48,10 @@ pub struct Observed {
     /// What this reconcile's try at a warm pool came to (claimed, or why
     /// the session starts cold); `None` when nothing was tried.
     pub warm: Option<CondSpec>,
+    /// Live pods the session controls besides `pod` (name, UID): left by
+    /// two operators that raced, one claiming a warm pod while the other
+    /// started a cold one. They are deleted (see [`crate::warm::pick`]).
+    pub surplus: Vec<(String, Option<String>)>,
 }
 
 /// Whether `meta` names `session` as its controlling owner, by UID: a name
@@ -146,6 +150,8 @@ pub struct Plan {
     /// The sandbox's NetworkPolicy, applied before the pod exists.
     pub network_policy: Option<NetworkPolicy>,
     pub pod: PodAction,
+    /// Surplus pods of the session to delete (name, UID precondition).
+    pub delete_pods: Vec<(String, Option<String>)>,
     /// Events to publish once the pod action has been carried out.
     pub pod_events: Vec<Note>,
     pub status: AgentSessionStatus,
@@ -193,6 +199,13 @@ pub fn plan(
     if let Some(left) = lifecycle::until_deadline(session, now) {
         plan.requeue = plan.requeue.min(left.max(Duration::from_secs(1)));
     }
+    for (name, _) in &observed.surplus {
+        plan.pod_events.push(Note::normal(
+            "DeletedSurplusPod",
+            format!("deleted pod {name}: the session runs in one pod only"),
+        ));
+    }
+    plan.delete_pods = observed.surplus.clone();
     plan
 }
 
@@ -275,6 +288,7 @@ fn running(
             .filter(|_| observed.claim.is_none())
             .and_then(|_| pod::workspace_claim(session)),
         pod: action,
+        delete_pods: Vec::new(),
         pod_events,
         events: Vec::new(),
         status,
@@ -309,6 +323,7 @@ fn conflicted(
         delete_claim: None,
         network_policy: None,
         pod: PodAction::Keep,
+        delete_pods: Vec::new(),
         pod_events: Vec::new(),
         events: Vec::new(),
         status,
@@ -490,6 +505,7 @@ fn stopped_plan(
         delete_claim,
         network_policy: None,
         pod: pod_action,
+        delete_pods: Vec::new(),
         pod_events,
         events: Vec::new(),
         status,

@@ -340,3 +340,33 @@ pub fn claim_patch(
 pub fn claimed_by(pod: &Pod, session: &AgentSession) -> bool {
     crate::plan::owned_by(&pod.metadata, session)
 }
+
+/// Which of the pods a session controls it runs in, and which are surplus.
+/// Two operator replicas that overlap (a leader change) can both act on a
+/// session that has no pod: one claims a warm pod while the other starts a
+/// cold one. Both must then keep the same pod and delete the other, so the
+/// rule depends only on the pods: the oldest live pod (by creation, then
+/// name) is kept -- a warm pod, started before the session existed, wins
+/// over a cold one. With no live pod, a pod being deleted is returned so
+/// that the plan waits for it.
+pub fn pick(mut pods: Vec<Pod>) -> (Option<Pod>, Vec<(String, Option<String>)>) {
+    pods.sort_by(|a, b| {
+        let key = |p: &Pod| {
+            (
+                p.metadata.deletion_timestamp.is_some(),
+                p.metadata.creation_timestamp.clone().map(|t| t.0),
+                p.name_any(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut it = pods.into_iter();
+    let Some(first) = it.next() else {
+        return (None, Vec::new());
+    };
+    let surplus = it
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), p.metadata.uid.clone()))
+        .collect();
+    (Some(first), surplus)
+}

@@ -518,3 +518,43 @@ fn the_pool_name_is_checked_by_its_path() {
     let s = session(json!({"warmPool": "python.v2"}));
     assert!(operator::validation::check_spec(&s.spec).is_valid());
 }
+
+#[test]
+fn of_two_pods_a_session_keeps_the_oldest_and_deletes_the_other() {
+    let p = pool_with(1, template(json!({})));
+    let s = session(json!({}));
+    let mut warm_pod = claimed(&ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "w", "1"), &s);
+    warm_pod.metadata.creation_timestamp = Some(Time(Timestamp::from_second(900).expect("t")));
+    let mut cold = ready(operator::pod::build_pod(&s, &cfg()), "c", "1");
+    cold.metadata.creation_timestamp = Some(Time(now()));
+    // Both operators see the same pods in any order and decide alike.
+    for pods in [
+        vec![cold.clone(), warm_pod.clone()],
+        vec![warm_pod.clone(), cold.clone()],
+    ] {
+        let (kept, surplus) = warm::pick(pods);
+        assert_eq!(kept.and_then(|p| p.metadata.uid).as_deref(), Some("w"));
+        assert_eq!(
+            surplus,
+            vec![("agent-7-sandbox".to_owned(), Some("c".to_owned()))]
+        );
+    }
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        pod: Some(warm_pod),
+        surplus: vec![("agent-7-sandbox".into(), Some("c".into()))],
+        ..Observed::default()
+    };
+    let plan = plan::plan(&s, &observed, &res, &cfg(), now());
+    assert_eq!(plan.delete_pods, observed.surplus);
+    assert!(
+        plan.pod_events
+            .iter()
+            .any(|e| e.reason == "DeletedSurplusPod")
+    );
+    // A pod being deleted is not surplus; alone, it is waited for.
+    let mut going = cold;
+    going.metadata.deletion_timestamp = Some(Time(now()));
+    let (kept, surplus) = warm::pick(vec![going]);
+    assert!(kept.is_some() && surplus.is_empty());
+}

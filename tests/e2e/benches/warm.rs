@@ -81,9 +81,10 @@ impl Bench {
     /// apply -> Ready -> first tool result, timed; whether it was warm.
     fn one(&self, name: &str, pool: Option<&str>) -> (Duration, bool) {
         let t0 = Instant::now();
-        let r = self
-            .k
-            .run(&["apply", "-n", NS, "-f", "-"], Some(&session_yaml(name, pool)));
+        let r = self.k.run(
+            &["apply", "-n", NS, "-f", "-"],
+            Some(&session_yaml(name, pool)),
+        );
         assert!(r.ok, "{}", r.stderr);
         self.wait_ready(name);
         let out = self.bash(name, "echo ok");
@@ -135,7 +136,9 @@ impl Bench {
 
     fn no_sessions(&self) {
         wait_for("the sessions' pods to go", T, || {
-            let pods = self.k.get(&["pods", "-n", NS, "-l", "agentplane.dev/session"])?;
+            let pods = self
+                .k
+                .get(&["pods", "-n", NS, "-l", "agentplane.dev/session"])?;
             pods["items"]
                 .as_array()
                 .is_some_and(|a| a.is_empty())
@@ -162,7 +165,10 @@ impl Bench {
                 let stream = serde_json::Deserializer::from_reader(BufReader::new(stdout))
                     .into_iter::<Value>();
                 for o in stream.flatten() {
-                    let name = o["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                    let name = o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
                     if o["status"]["phase"] == "Ready" && wanted.contains(&name) {
                         let mut m = ready_at.lock().expect("lock");
                         m.entry(name).or_insert_with(Instant::now);
@@ -250,7 +256,8 @@ fn main() {
     );
     let _ns = Namespace::create(&k, NS, &[]);
     let b = Bench { k };
-    let r = b.k.run(&["apply", "-n", NS, "-f", "-"], Some(&pool_yaml(pool_n)));
+    let r =
+        b.k.run(&["apply", "-n", NS, "-f", "-"], Some(&pool_yaml(pool_n)));
     assert!(r.ok, "{}", r.stderr);
     b.pool_ready(pool_n);
 
@@ -288,7 +295,10 @@ fn main() {
         "machine: {} cores; pool of {pool_n} for the sequential runs",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    summary("client floor (apply no-op + wait + kubectl agent bash, Ready session)", floor.clone());
+    summary(
+        "client floor (apply no-op + wait + kubectl agent bash, Ready session)",
+        floor.clone(),
+    );
     summary("warm claim -> first tool result, sequential", warm.clone());
     summary("  of which fell back cold (pool empty)", fell_back);
     summary("cold apply -> first tool result, sequential", cold.clone());

@@ -224,16 +224,41 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
         log,
         &["--runner-image", &runner],
     );
+    for name in &racers {
+        wait_ready(k, name);
+    }
+    // Two operators may have acted on one session at once (one claiming,
+    // one starting cold); the session keeps one pod and deletes the other.
+    let uid_of_session = |name: &str| {
+        k.get(&["agentsession", name, "-n", NS])
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
     let mut pods_of = BTreeMap::new();
     for name in &racers {
-        let o = wait_ready(k, name);
-        pods_of.insert(
-            name.clone(),
-            o["status"]["podName"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        );
+        let uid = uid_of_session(name);
+        let pod = wait_for(&format!("{name} to run in one pod"), T, || {
+            let pods = k.get(&[
+                "pods",
+                "-n",
+                NS,
+                "-l",
+                &format!("agentplane.dev/session={name}"),
+            ])?;
+            let live: Vec<&Value> = pods["items"]
+                .as_array()?
+                .iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .filter(|p| p["metadata"]["ownerReferences"][0]["uid"] == uid.as_str())
+                .collect();
+            let o = k.get(&["agentsession", name, "-n", NS])?;
+            let named = o["status"]["podName"].as_str()?.to_owned();
+            (live.len() == 1
+                && live[0]["metadata"]["name"] == named.as_str()
+                && o["status"]["phase"] == "Ready")
+                .then_some(named)
+        });
+        pods_of.insert(name.clone(), pod);
     }
     let distinct: BTreeSet<&String> = pods_of.values().collect();
     assert_eq!(
