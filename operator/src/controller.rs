@@ -125,6 +125,14 @@ pub struct Context {
     /// session's, so no pool event says so).
     pool_wake: tokio::sync::mpsc::Sender<ObjectRef<AgentWarmPool>>,
     pool_wakes: Mutex<Option<tokio::sync::mpsc::Receiver<ObjectRef<AgentWarmPool>>>>,
+    /// Every pool's unclaimed pods, as the pool controller's watch sees
+    /// them: a claim picks its candidates here instead of listing the pool
+    /// (a burst of claims on a large pool would list it once per claim).
+    /// It may lag; a stale pod only costs a 409 and the next candidate.
+    pub pool_pods: reflector::Store<Pod>,
+    /// The pool controller's cache of pools, once it runs.
+    pub pools: std::sync::OnceLock<reflector::Store<AgentWarmPool>>,
+    pool_pods_writer: Mutex<Option<reflector::store::Writer<Pod>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -149,7 +157,11 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let (pool_wake, wakes) = tokio::sync::mpsc::channel(POOL_WAKES);
+        let (pool_pods, writer) = reflector::store();
         Self {
+            pool_pods,
+            pools: std::sync::OnceLock::new(),
+            pool_pods_writer: Mutex::new(Some(writer)),
             pool_wake,
             pool_wakes: Mutex::new(Some(wakes)),
             recorder: Recorder::new(client.clone(), reporter),
@@ -172,6 +184,15 @@ impl Context {
     /// The stream of pool wake-ups; the first caller gets it.
     pub fn take_pool_wakes(&self) -> Option<tokio::sync::mpsc::Receiver<ObjectRef<AgentWarmPool>>> {
         match self.pool_wakes.lock() {
+            Ok(mut w) => w.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+
+    /// The writer of [`Context::pool_pods`]; the first caller (the pool
+    /// controller's watch) gets it.
+    pub fn take_pool_pods_writer(&self) -> Option<reflector::store::Writer<Pod>> {
+        match self.pool_pods_writer.lock() {
             Ok(mut w) => w.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         }
@@ -332,18 +353,38 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
         tracing::warn!(session = %key(session), error = %e, "applying the session's objects failed");
         plan.apply_failed(previous, &e.to_string(), Timestamp::now());
     }
-    for note in plan.pod_events.iter().chain(&plan.events) {
-        ctx.publish(session, note).await;
-    }
     let body = serde_json::json!({
         "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
         "kind": "AgentSession",
         "status": plan.status,
     });
     let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), &ns);
-    sessions
-        .patch_status(&session.name_any(), &apply_params(), &Patch::Apply(&body))
-        .await?;
+    let status = async {
+        sessions
+            .patch_status(&session.name_any(), &apply_params(), &Patch::Apply(&body))
+            .await?;
+        Ok::<_, Error>(())
+    };
+    // The nudge that has the kubelet write a claimed pod's binding runs
+    // with the status write: a client that sees Ready first is told
+    // `unbound` and retries for the moment it takes.
+    let touched = async {
+        match &plan.pod {
+            PodAction::Touch { name, uid, bound } if applied.is_ok() => {
+                touch(ctx, &ns, name, uid.as_deref(), bound).await
+            }
+            _ => Ok(()),
+        }
+    };
+    let (status, touched) = futures::join!(status, touched);
+    status?;
+    touched?;
+    // Events after the status: a client waiting for Ready does not wait
+    // for them, and a status that failed to land is reconciled again, its
+    // events with it.
+    for note in plan.pod_events.iter().chain(&plan.events) {
+        ctx.publish(session, note).await;
+    }
     applied?;
     Ok(Action::requeue(plan.requeue))
 }
@@ -455,12 +496,45 @@ async fn observe(
 ) -> Result<Observed> {
     let names = Names::of(session);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let by_name = pods.get_opt(&names.pod).await?;
+    let warm_pool = session.spec.warm_pool.is_some();
+    // Independent reads, issued together: each is a round trip, and a warm
+    // claim is judged by how few of those it waits on.
+    let listed = async {
+        if warm_pool {
+            session_pods(&pods, session).await
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
+    let claim = async {
+        if !wants_claim {
+            return Ok(None);
+        }
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        Ok::<_, Error>(
+            claims
+                .get_metadata_opt(&names.claim)
+                .await?
+                .map(|m| m.metadata),
+        )
+    };
+    let network_policy = async {
+        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+        Ok::<_, Error>(
+            nps.get_metadata_opt(&names.network_policy)
+                .await?
+                .map(|m| m.metadata),
+        )
+    };
+    let by_name = async { Ok::<_, Error>(pods.get_opt(&names.pod).await?) };
+    let (by_name, listed, claim, network_policy) =
+        futures::try_join!(by_name, listed, claim, network_policy)?;
     let (pod, surplus) = match by_name {
         // Someone else's pod under the session's name: the plan reports it.
         Some(p) if !plan::owned_by(&p.metadata, session) => (Some(p), Vec::new()),
-        by_name if session.spec.warm_pool.is_some() => {
-            let mut all = session_pods(&pods, session).await?;
+        by_name if warm_pool => {
+            let mut all = listed;
             if let Some(p) = by_name
                 && !all.iter().any(|q| q.metadata.uid == p.metadata.uid)
             {
@@ -476,24 +550,9 @@ async fn observe(
         .as_ref()
         .filter(|p| warm::is_warm(p))
         .and_then(warm::toolset_configmap_name)
-        .unwrap_or(names.configmap);
+        .unwrap_or(names.configmap.clone());
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let configmap = cms.get_metadata_opt(&cm_name).await?.map(|m| m.metadata);
-    let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
-    let claim = if wants_claim {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-        claims
-            .get_metadata_opt(&names.claim)
-            .await?
-            .map(|m| m.metadata)
-    } else {
-        None
-    };
-    let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-    let network_policy = nps
-        .get_metadata_opt(&names.network_policy)
-        .await?
-        .map(|m| m.metadata);
     Ok(Observed {
         pod,
         configmap,
@@ -522,7 +581,7 @@ async fn session_pods(pods: &Api<Pod>, session: &AgentSession) -> Result<Vec<Pod
 
 /// Most pods one claim tries before the session starts cold: each failed
 /// try is another session's claim of the same pod.
-const CLAIM_TRIES: usize = 4;
+const CLAIM_TRIES: usize = 8;
 
 /// Tries to take a ready pod from the session's pool. On success the pod is
 /// the session's (see [`warm`] for why this is a single preconditioned
@@ -532,8 +591,29 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
     let Some(pool_name) = session.spec.warm_pool.as_deref() else {
         return Ok((None, cold("NoPool", String::new())));
     };
-    let pools: Api<AgentWarmPool> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(pool) = pools.get_opt(pool_name).await? else {
+    // The session's NetworkPolicy exists before the pod carries its label;
+    // applied while the pool is looked up (it is the session's anyway).
+    let network_policy = async {
+        if let Some(np) = egress::network_policy(session, &ctx.pods.egress) {
+            let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+            nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(&np))
+                .await?;
+        }
+        Ok::<_, Error>(())
+    };
+    let pool = async {
+        let cached = ctx
+            .pools
+            .get()
+            .and_then(|store| store.get(&ObjectRef::<AgentWarmPool>::new(pool_name).within(ns)));
+        if let Some(pool) = cached {
+            return Ok(Some(AgentWarmPool::clone(&pool)));
+        }
+        let pools: Api<AgentWarmPool> = Api::namespaced(ctx.client.clone(), ns);
+        Ok::<_, Error>(pools.get_opt(pool_name).await?)
+    };
+    let ((), pool) = futures::try_join!(network_policy, pool)?;
+    let Some(pool) = pool else {
         return Ok((
             None,
             cold(
@@ -551,14 +631,24 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
         ));
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let listed = pods
-        .list(&kube::api::ListParams::default().labels(&warm::pool_selector(pool_name)))
-        .await?;
-    let mut candidates: Vec<Pod> = listed
-        .items
-        .into_iter()
-        .filter(|p| warm::claimable(p, &pool))
+    let mut candidates: Vec<Pod> = ctx
+        .pool_pods
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns) && warm::claimable(p, &pool))
+        .map(|p| Pod::clone(p))
         .collect();
+    if candidates.is_empty() {
+        // The watch may not have listed yet (a restarted operator): ask.
+        let listed = pods
+            .list(&kube::api::ListParams::default().labels(&warm::pool_selector(pool_name)))
+            .await?;
+        candidates = listed
+            .items
+            .into_iter()
+            .filter(|p| warm::claimable(p, &pool))
+            .collect();
+    }
     if candidates.is_empty() {
         return Ok((
             None,
@@ -572,12 +662,6 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
     // first pod: each starts at a different place.
     let start = session_spread(session, candidates.len());
     candidates.rotate_left(start);
-    // The session's NetworkPolicy exists before the pod carries its label.
-    if let Some(np) = egress::network_policy(session, &ctx.pods.egress) {
-        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-        nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(&np))
-            .await?;
-    }
     for candidate in candidates.iter().take(CLAIM_TRIES) {
         let Some(patch) = warm::claim_patch(candidate, session, &ctx.pods) else {
             continue;
@@ -589,16 +673,10 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
         {
             Ok(pod) => {
                 ctx.wake_pool(&pool);
-                let message = format!("claimed warm pod {name} from AgentWarmPool {pool_name}");
-                return Ok((
-                    Some(pod),
-                    CondSpec {
-                        type_: "WarmPool",
-                        status: true,
-                        reason: "Claimed".into(),
-                        message,
-                    },
-                ));
+                tracing::info!(session = %key(session), pod = %name, pool = pool_name, "claimed a warm pod");
+                let claimed =
+                    warm::claimed_condition(&pod).unwrap_or_else(|| cold("Claimed", String::new()));
+                return Ok((Some(pod), claimed));
             }
             // Claimed by another session first, or gone: try the next.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
@@ -637,18 +715,25 @@ fn session_spread(session: &AgentSession, n: usize) -> usize {
 /// claim the pod mounts, then the pod.
 async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     let client = &ctx.client;
-    if let Some(cm) = &plan.configmap {
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        cms.patch(&cm.name_any(), &apply_params(), &Patch::Apply(cm))
-            .await?;
-    }
-    // The NetworkPolicy before the pod, so that the sandbox never runs a
-    // moment with open egress.
-    if let Some(np) = &plan.network_policy {
-        let nps: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-        nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
-            .await?;
-    }
+    // The ConfigMap and the NetworkPolicy before the pod (the sandbox never
+    // runs a moment with open egress), and independent of each other.
+    let configmap = async {
+        if let Some(cm) = &plan.configmap {
+            let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+            cms.patch(&cm.name_any(), &apply_params(), &Patch::Apply(cm))
+                .await?;
+        }
+        Ok::<_, Error>(())
+    };
+    let network_policy = async {
+        if let Some(np) = &plan.network_policy {
+            let nps: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+            nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
+                .await?;
+        }
+        Ok::<_, Error>(())
+    };
+    futures::try_join!(configmap, network_policy)?;
     if let Some((name, uid)) = &plan.delete_claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
         let params = DeleteParams {
@@ -700,17 +785,8 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
             )
             .await?;
         }
-        PodAction::Touch { name, uid, bound } => {
-            // The UID makes the patch fail on any other pod of that name.
-            let patch = serde_json::json!({
-                "metadata": {
-                    "uid": uid,
-                    "annotations": { warm::BOUND_ANNOTATION: bound },
-                }
-            });
-            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
+        // Done beside the status write (see `reconcile_inner`).
+        PodAction::Touch { .. } => {}
         PodAction::Delete { name, uid } => {
             let params = DeleteParams {
                 preconditions: uid.clone().map(|uid| Preconditions {
@@ -729,6 +805,21 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Records the hash of the ConfigMap just written on a claimed warm pod.
+/// The UID makes the patch fail on any other pod of that name.
+async fn touch(ctx: &Context, ns: &str, name: &str, uid: Option<&str>, bound: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({
+        "metadata": {
+            "uid": uid,
+            "annotations": { warm::BOUND_ANNOTATION: bound },
+        }
+    });
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 

@@ -338,8 +338,9 @@ fn conflicted(
 }
 
 /// The `WarmPool` condition of a session that names a pool: what this
-/// reconcile's claim came to, else what the last one said (a claim is
-/// tried only when the session needs a new pod).
+/// reconcile's claim came to; else, for a pod from a pool, that it was
+/// claimed; else what the last status said (a claim is tried only when the
+/// session needs a new pod, so why it runs cold is remembered there).
 fn warm_condition(
     session: &AgentSession,
     observed: &Observed,
@@ -348,6 +349,9 @@ fn warm_condition(
     session.spec.warm_pool.as_ref()?;
     if let Some(spec) = &observed.warm {
         return Some(spec.clone());
+    }
+    if let Some(claimed) = observed.pod.as_ref().and_then(warm::claimed_condition) {
+        return Some(claimed);
     }
     let old = previous?
         .conditions

@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PostParams, Preconditions};
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
@@ -156,8 +156,21 @@ pub async fn run(
 ) {
     let pools: Api<AgentWarmPool> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let mut controller = Controller::new(pools, watcher::Config::default())
-        .owns(pods, watcher::Config::default().labels(warm::POOL_LABEL))
+    let config = watcher::Config::default().labels(warm::POOL_LABEL);
+    let mut controller = Controller::new(pools, watcher::Config::default());
+    // One watch of the pools' pods serves both this controller and the
+    // claims' candidate cache.
+    controller = match ctx.take_pool_pods_writer() {
+        Some(writer) => controller.owns_stream(
+            watcher(pods, config)
+                .default_backoff()
+                .reflect(writer)
+                .touched_objects(),
+        ),
+        None => controller.owns(pods, config),
+    };
+    let _ = ctx.pools.set(controller.store());
+    let mut controller = controller
         .with_config(controller::Config::default().concurrency(MAX_CONCURRENT_POOL_RECONCILES))
         .graceful_shutdown_on(shutdown);
     if let Some(wakes) = ctx.take_pool_wakes() {

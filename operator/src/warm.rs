@@ -370,3 +370,19 @@ pub fn pick(mut pods: Vec<Pod>) -> (Option<Pod>, Vec<(String, Option<String>)>) 
         .collect();
     (Some(first), surplus)
 }
+
+/// `WarmPool=True` for a session running in `pod`, when `pod` started in a
+/// pool. Derived from the pod rather than remembered, so a reconcile that
+/// reads an older copy of the session's status still writes it.
+pub fn claimed_condition(pod: &Pod) -> Option<crate::resolution::CondSpec> {
+    let pool = pod.annotations().get(WARM_ANNOTATION)?;
+    Some(crate::resolution::CondSpec {
+        type_: "WarmPool",
+        status: true,
+        reason: "Claimed".into(),
+        message: format!(
+            "claimed warm pod {} from AgentWarmPool {pool}",
+            pod.name_any()
+        ),
+    })
+}

@@ -244,7 +244,9 @@ fn main() {
     let k = Kubectl::from_env();
     install_crd(&k);
     let logs = tempfile::tempdir().expect("tempdir");
-    let log = logs.path().join("operator.log");
+    let log = std::env::var("BENCH_OPERATOR_LOG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| logs.path().join("operator.log"));
     let certs = Certs::generate();
     let runner = runner_image();
     let _op = Operator::start(
@@ -279,6 +281,14 @@ fn main() {
             warm.push(took);
         } else {
             fell_back.push(took);
+            if std::env::var_os("BENCH_VERBOSE").is_some() {
+                eprintln!(
+                    "{name} not claimed: {}",
+                    b.k.get(&["agentsession", &name, "-n", NS])
+                        .map(|o| o["status"].to_string())
+                        .unwrap_or_default()
+                );
+            }
         }
         b.delete(&[name]);
     }
@@ -313,6 +323,9 @@ fn main() {
     summary("warm, less the client floor's p50", less(&warm));
     summary("cold, less the client floor's p50", less(&cold));
 
+    if burst_n == 0 {
+        return;
+    }
     // Bursts: warm (a pool of burst_n), then cold.
     b.scale(burst_n);
     b.pool_ready(burst_n);

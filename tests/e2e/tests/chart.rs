@@ -235,7 +235,9 @@ fn walk(k: &Kubectl, chart: &str) {
         "restart counts: {restarts}"
     );
 
-    // helm upgrade keeps sessions.
+    // helm upgrade keeps sessions, and ships a warm pool from values.
+    let pool_image = format!("warmPools[0].template.image={}", sandbox_image());
+    let pool_ns = format!("warmPools[0].namespace={}", ns.name);
     let r = helm(
         k,
         &[
@@ -247,6 +249,14 @@ fn walk(k: &Kubectl, chart: &str) {
             "--wait",
             "--set",
             "replicaCount=1",
+            "--set",
+            "warmPools[0].name=chart-pool",
+            "--set",
+            &pool_ns,
+            "--set",
+            "warmPools[0].replicas=1",
+            "--set",
+            &pool_image,
         ],
     );
     assert!(r.ok, "helm upgrade: {}", r.stderr);
@@ -256,6 +266,30 @@ fn walk(k: &Kubectl, chart: &str) {
         &["bash", "walk", "--", "cat /workspace/src/a.txt"],
     );
     assert_eq!((code, out.as_str()), (0, "one\ndeux\n"), "{err}");
+
+    // The pool runs under the chart's RBAC, write guard and the namespace's
+    // restricted pod security, and a session claims from it.
+    wait_for("the chart's warm pool", Duration::from_secs(180), || {
+        let o = k.get(&["agentwarmpool", "chart-pool", "-n", &ns.name])?;
+        (o["status"]["readyReplicas"] == 1).then_some(())
+    });
+    let warm = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: warm\nspec:\n  image: {}\n  warmPool: chart-pool\n  tools: [{{type: agent_toolset_20260401}}]\n",
+        sandbox_image()
+    );
+    let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&warm));
+    assert!(r.ok, "{}", r.stderr);
+    let o = wait_for("the warm session", Duration::from_secs(120), || {
+        let o = k.get(&["agentsession", "warm", "-n", &ns.name])?;
+        (o["status"]["phase"] == "Ready").then_some(o)
+    });
+    assert_eq!(
+        e2e::status_reason(&o, "WarmPool"),
+        Some(("True".into(), "Claimed".into())),
+        "{o}"
+    );
+    let (code, out, err) = agent(k, &ns.name, &["bash", "warm", "--", "echo warm"]);
+    assert_eq!((code, out.trim()), (0, "warm"), "{err}");
 
     // Deleting the session removes its pod.
     k.must(&["delete", "agentsession", "walk", "-n", &ns.name]);
