@@ -5,8 +5,9 @@
 //! pod from an older template, a pod that ended, and any pod above
 //! `replicas` goes (the not-yet-ready first, since a ready one is what a
 //! session is about to claim); new pods are started at most
-//! [`MAX_CREATES_PER_RECONCILE`] at a time, so a pool scaled to its maximum
-//! cannot flood the API server or the node in one step.
+//! [`MAX_CREATES_PER_RECONCILE`] at a time and with at most
+//! [`MAX_STARTING`] not ready, so a pool scaled to its maximum, or drained
+//! by a burst of claims, cannot flood the API server or the node.
 
 use std::time::Duration;
 
@@ -25,6 +26,11 @@ use crate::warm;
 
 /// Most pods one reconcile starts.
 pub const MAX_CREATES_PER_RECONCILE: usize = 20;
+/// Most pods of one pool starting (not ready yet) at once. Starting a pod
+/// is the node's most expensive moment; a burst of claims on a large pool
+/// must not turn into a burst of pod starts that slows the claims (and
+/// every other tenant on the node) down. Like a Deployment's surge.
+pub const MAX_STARTING: usize = 10;
 /// How soon a pool that is not fully warm is looked at again (pod events
 /// and claims also wake it).
 pub const WARMING: Duration = Duration::from_secs(5);
@@ -114,7 +120,9 @@ pub fn plan(
         }
     }
     let missing = want.saturating_sub(live.len());
-    let create: Vec<Pod> = (0..missing.min(MAX_CREATES_PER_RECONCILE))
+    let starting = live.iter().filter(|p| !warm::pod_ready(p)).count();
+    let room = MAX_STARTING.saturating_sub(starting);
+    let create: Vec<Pod> = (0..missing.min(MAX_CREATES_PER_RECONCILE).min(room))
         .map(|_| warm::pool_pod(pool, &suffix(), cfg))
         .collect();
     let ready = live.iter().filter(|p| warm::pod_ready(p)).count();

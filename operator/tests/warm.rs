@@ -411,7 +411,30 @@ fn a_pool_fills_up_in_bounded_steps_and_sheds_what_it_should_not_keep() {
         now(),
         &mut suffix,
     );
-    assert_eq!(first.create.len(), pool::MAX_CREATES_PER_RECONCILE);
+    assert_eq!(
+        first.create.len(),
+        pool::MAX_STARTING.min(pool::MAX_CREATES_PER_RECONCILE)
+    );
+    // While those start, no more are started.
+    let starting: Vec<Pod> = first
+        .create
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut p = ready(p.clone(), &format!("s{i}"), "1");
+            p.status.as_mut().expect("status").conditions = None;
+            p
+        })
+        .collect();
+    let second = pool::plan(
+        &p,
+        &starting,
+        &cfg(),
+        &SessionPolicy::default(),
+        now(),
+        &mut suffix,
+    );
+    assert!(second.create.is_empty(), "{}", second.create.len());
     assert!(first.delete.is_empty());
     assert_eq!(first.status.selector, "agentplane.dev/pool=python");
     assert_eq!(first.requeue, pool::WARMING);
