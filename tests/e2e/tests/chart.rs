@@ -401,4 +401,20 @@ fn write_guard(k: &Kubectl, ns: &str) {
     );
     assert!(r.ok, "a labelled ConfigMap: {}{}", r.stdout, r.stderr);
     k.must(&["delete", "configmap", "ours", "theirs", "-n", ns]);
+
+    // Nobody else may make an object a session or pool owns (a claim on a
+    // volume they filled, a pod that looks like a pool's): not even an
+    // administrator, by accident.
+    for (kind, owner) in [("AgentSession", "walk"), ("AgentWarmPool", "pool")] {
+        let forged = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: forged\n  ownerReferences:\n    - {{apiVersion: agentplane.dev/v1alpha1, kind: {kind}, name: {owner}, uid: 00000000-0000-4000-8000-000000000001, controller: true}}\ndata:\n  k: v\n"
+        );
+        let r = k.run(&["create", "-n", ns, "-f", "-"], Some(&forged));
+        assert!(
+            !r.ok && r.stderr.contains("only the agentplane operator may make"),
+            "an object owned by a {kind} was made by someone else: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
 }
