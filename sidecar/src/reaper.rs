@@ -174,10 +174,21 @@ impl Spawned {
         let reason = tokio::select! {
             res = &mut exit => {
                 guard.pid = None;
-                return match res {
-                    Ok(exit) => Ok(Waited::Exited(exit)),
-                    Err(_) => Err(crate::Error::SupervisorGone),
-                };
+                let exit = res.map_err(|_| crate::Error::SupervisorGone)?;
+                // A call that outran the cap between two checks and exited
+                // is still over it: the cap is on what a call writes, not
+                // on how fast it writes it.
+                if let Some(cap) = over_cap(limits.output.as_ref()) {
+                    return Ok(Waited::Ended {
+                        reason: Ended::OutputLimit(cap),
+                        exit,
+                        report: crate::procs::Ended {
+                            killed: 0,
+                            unattributed: Vec::new(),
+                        },
+                    });
+                }
+                return Ok(Waited::Exited(exit));
             }
             () = tokio::time::sleep(limits.timeout) => Ended::Timeout,
             ended = over_limit => ended,
@@ -215,11 +226,7 @@ async fn watch_output(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let total: u64 = files
-                .iter()
-                .map(|f| f.metadata().map(|m| m.len()).unwrap_or(0))
-                .sum();
-            if total > *cap {
+            if output_bytes(files) > *cap {
                 return *cap;
             }
         }
@@ -228,6 +235,20 @@ async fn watch_output(
         () = cancelled => Ended::Cancelled,
         cap = over => Ended::OutputLimit(cap),
     }
+}
+
+/// What the watched files hold together.
+fn output_bytes(files: &[std::fs::File]) -> u64 {
+    files
+        .iter()
+        .map(|f| f.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+/// The cap, when the files are over it.
+fn over_cap(limit: Option<&OutputCap>) -> Option<u64> {
+    let OutputCap { files, cap } = limit?;
+    (output_bytes(files) > *cap).then_some(*cap)
 }
 
 /// How often a running call's output size is checked against its cap.
