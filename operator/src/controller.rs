@@ -341,10 +341,14 @@ async fn reconcile_inner(session: &AgentSession, ctx: &Context) -> Result<Action
             lifecycle::stage(session, None, now),
             lifecycle::Stage::Running
         );
-    if observed.pod.is_none() && wants_pod && session.spec.warm_pool.is_some() {
-        let (pod, outcome) = claim(ctx, &ns, session).await?;
-        observed.pod = pod;
-        observed.warm = Some(outcome);
+    if observed.pod.is_none()
+        && wants_pod
+        && let Some(pool) = session.spec.warm_pool.as_deref()
+    {
+        match claim(ctx, &ns, session, pool).await? {
+            Ok(pod) => observed.pod = Some(pod),
+            Err(cold) => observed.warm = Some(cold),
+        }
     }
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, now);
     let applied = carry_out(ctx, &ns, &plan).await;
@@ -575,7 +579,7 @@ async fn session_pods(pods: &Api<Pod>, session: &AgentSession) -> Result<Vec<Pod
     Ok(listed
         .items
         .into_iter()
-        .filter(|p| warm::claimed_by(p, session))
+        .filter(|p| plan::owned_by(&p.metadata, session))
         .collect())
 }
 
@@ -583,14 +587,16 @@ async fn session_pods(pods: &Api<Pod>, session: &AgentSession) -> Result<Vec<Pod
 /// try is another session's claim of the same pod.
 const CLAIM_TRIES: usize = 8;
 
-/// Tries to take a ready pod from the session's pool. On success the pod is
-/// the session's (see [`warm`] for why this is a single preconditioned
-/// patch) and is returned with the condition saying so; otherwise the
-/// condition says why the session starts cold.
-async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Option<Pod>, CondSpec)> {
-    let Some(pool_name) = session.spec.warm_pool.as_deref() else {
-        return Ok((None, cold("NoPool", String::new())));
-    };
+/// Tries to take a ready pod from the session's pool `pool_name`. On
+/// success the pod is the session's (see [`warm`] for why this is a single
+/// preconditioned patch; its `WarmPool` condition is derived from it);
+/// otherwise the condition that says why the session starts cold.
+async fn claim(
+    ctx: &Context,
+    ns: &str,
+    session: &AgentSession,
+    pool_name: &str,
+) -> Result<std::result::Result<Pod, CondSpec>> {
     // The session's NetworkPolicy exists before the pod carries its label;
     // applied while the pool is looked up (it is the session's anyway).
     let network_policy = async {
@@ -614,21 +620,18 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
     };
     let ((), pool) = futures::try_join!(network_policy, pool)?;
     let Some(pool) = pool else {
-        return Ok((
-            None,
-            cold(
-                "PoolNotFound",
-                format!(
-                    "spec.warmPool: no AgentWarmPool {pool_name:?} in namespace {ns}; started cold"
-                ),
+        return Ok(Err(cold(
+            "PoolNotFound",
+            format!(
+                "spec.warmPool: no AgentWarmPool {pool_name:?} in namespace {ns}; started cold"
             ),
-        ));
+        )));
     };
     if let Some(why) = warm::mismatch(&session.spec, &pool.spec.template) {
-        return Ok((
-            None,
-            cold("TemplateMismatch", format!("{why}; started cold")),
-        ));
+        return Ok(Err(cold(
+            "TemplateMismatch",
+            format!("{why}; started cold"),
+        )));
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let mut candidates: Vec<Pod> = ctx
@@ -650,13 +653,10 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
             .collect();
     }
     if candidates.is_empty() {
-        return Ok((
-            None,
-            cold(
-                "PoolExhausted",
-                format!("AgentWarmPool {pool_name} has no ready pod; started cold"),
-            ),
-        ));
+        return Ok(Err(cold(
+            "PoolExhausted",
+            format!("AgentWarmPool {pool_name} has no ready pod; started cold"),
+        )));
     }
     // Concurrent claims spread over the pool instead of all racing for its
     // first pod: each starts at a different place.
@@ -674,24 +674,19 @@ async fn claim(ctx: &Context, ns: &str, session: &AgentSession) -> Result<(Optio
             Ok(pod) => {
                 ctx.wake_pool(&pool);
                 tracing::info!(session = %key(session), pod = %name, pool = pool_name, "claimed a warm pod");
-                let claimed =
-                    warm::claimed_condition(&pod).unwrap_or_else(|| cold("Claimed", String::new()));
-                return Ok((Some(pod), claimed));
+                return Ok(Ok(pod));
             }
             // Claimed by another session first, or gone: try the next.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok((
-        None,
-        cold(
-            "PoolExhausted",
-            format!(
-                "every ready pod of AgentWarmPool {pool_name} was claimed by other sessions first; started cold"
-            ),
+    Ok(Err(cold(
+        "PoolExhausted",
+        format!(
+            "every ready pod of AgentWarmPool {pool_name} was claimed by other sessions first; started cold"
         ),
-    ))
+    )))
 }
 
 fn cold(reason: &str, message: String) -> CondSpec {
@@ -736,19 +731,7 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     futures::try_join!(configmap, network_policy)?;
     if let Some((name, uid)) = &plan.delete_claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match claims.delete(name, &params).await {
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            other => {
-                other?;
-            }
-        }
+        delete_exactly(&claims, name, uid.clone(), None).await?;
     }
     if let Some(claim) = &plan.claim {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
@@ -761,19 +744,7 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     for (name, uid) in &plan.delete_pods {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match pods.delete(name, &params).await {
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            other => {
-                other?;
-            }
-        }
+        delete_exactly(&pods, name, uid.clone(), None).await?;
     }
     match &plan.pod {
         PodAction::Keep | PodAction::WaitForDeletion => {}
@@ -788,24 +759,37 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
         // Done beside the status write (see `reconcile_inner`).
         PodAction::Touch { .. } => {}
         PodAction::Delete { name, uid } => {
-            let params = DeleteParams {
-                preconditions: uid.clone().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match pods.delete(name, &params).await {
-                // Already gone, or replaced since it was observed: the next
-                // reconcile sees what is there now.
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                other => {
-                    other?;
-                }
-            }
+            delete_exactly(&pods, name, uid.clone(), None).await?;
         }
     }
     Ok(())
+}
+
+/// Deletes `name` only if it is still the object that was observed: its UID
+/// (and, when given, its resourceVersion) are the delete's preconditions.
+/// Already gone or replaced since (404, 409) is not an error -- the next
+/// reconcile sees what is there now. Whether this call deleted it.
+pub(crate) async fn delete_exactly<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    resource_version: Option<String>,
+) -> Result<bool>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Records the hash of the ConfigMap just written on a claimed warm pod.

@@ -45,8 +45,9 @@ pub struct Observed {
     pub claim: Option<ObjectMeta>,
     /// The NetworkPolicy's metadata, if one exists under its name.
     pub network_policy: Option<ObjectMeta>,
-    /// What this reconcile's try at a warm pool came to (claimed, or why
-    /// the session starts cold); `None` when nothing was tried.
+    /// Why this reconcile's try at a warm pool failed and the session
+    /// starts cold; `None` when nothing was tried or the claim succeeded
+    /// (its condition is derived from the claimed pod).
     pub warm: Option<CondSpec>,
     /// Live pods the session controls besides `pod` (name, UID): left by
     /// two operators that raced, one claiming a warm pod while the other
@@ -58,7 +59,13 @@ pub struct Observed {
 /// alone could be another session's object (or anyone's), and adopting or
 /// deleting it would be a takeover.
 pub fn owned_by(meta: &ObjectMeta, session: &AgentSession) -> bool {
-    let Some(uid) = session.metadata.uid.as_deref() else {
+    controlled_by(meta, session.metadata.uid.as_deref())
+}
+
+/// Whether `meta` names the object with `uid` (a session, a pool) as its
+/// controlling owner; never for an owner without a UID.
+pub fn controlled_by(meta: &ObjectMeta, uid: Option<&str>) -> bool {
+    let Some(uid) = uid else {
         return false;
     };
     meta.owner_references
@@ -337,8 +344,8 @@ fn conflicted(
     plan
 }
 
-/// The `WarmPool` condition of a session that names a pool: what this
-/// reconcile's claim came to; else, for a pod from a pool, that it was
+/// The `WarmPool` condition of a session that names a pool: why this
+/// reconcile's claim failed; else, for a pod from a pool, that it was
 /// claimed; else what the last status said (a claim is tried only when the
 /// session needs a new pod, so why it runs cold is remembered there).
 fn warm_condition(

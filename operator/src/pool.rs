@@ -18,6 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::egress;
+use crate::plan;
 use crate::pod::PodConfig;
 use crate::policy::{self, SessionPolicy};
 use crate::resolution::CondSpec;
@@ -64,11 +65,9 @@ pub fn plan(
 ) -> PoolPlan {
     let name = pool.name_any();
     let uid = pool.metadata.uid.as_deref();
-    let ours = pods.iter().filter(|p| {
-        p.owner_references()
-            .iter()
-            .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-    });
+    let ours = pods
+        .iter()
+        .filter(|p| plan::controlled_by(&p.metadata, uid));
     let hash = warm::template_hash(&pool.spec.template);
     let spec = warm::template_spec(&pool.spec.template);
     let findings = policy::check(&spec, session_policy);

@@ -19,14 +19,14 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, Patch, PostParams, Preconditions};
+use kube::api::{ListParams, Patch, PostParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::controller::{Context, MANAGER};
+use crate::controller::{Context, MANAGER, delete_exactly};
 use crate::error::{Error, Result};
 use crate::plan::Note;
 use crate::pool;
@@ -74,18 +74,9 @@ pub async fn reconcile(pool: Arc<AgentWarmPool>, ctx: Arc<Context>) -> Result<Ac
             .iter()
             .find(|p| p.metadata.uid == *pod_uid)
             .and_then(|p| p.metadata.resource_version.clone());
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: pod_uid.clone(),
-                resource_version: rv,
-            }),
-            ..DeleteParams::default()
-        };
-        match pods.delete(pod_name, &params).await {
-            Ok(_) => tracing::info!(pool = %name, pod = %pod_name, why, "deleted warm pod"),
-            // Gone, or changed (claimed) since it was listed.
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
+        // Gone, or changed (claimed) since it was listed: not deleted.
+        if delete_exactly(&pods, pod_name, pod_uid.clone(), rv).await? {
+            tracing::info!(pool = %name, pod = %pod_name, why, "deleted warm pod");
         }
     }
     let mut created = 0;

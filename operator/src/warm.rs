@@ -121,12 +121,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
 /// Whether `pod` is an unclaimed pod of `pool` built from its current
 /// template, ready to serve: the only pods a session may claim.
 pub fn claimable(pod: &Pod, pool: &AgentWarmPool) -> bool {
-    let uid = pool.metadata.uid.as_deref();
-    let owned = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
-    owned
+    crate::plan::controlled_by(&pod.metadata, pool.metadata.uid.as_deref())
         && pod.metadata.deletion_timestamp.is_none()
         && pod.labels().get(POOL_LABEL) == Some(&pool_label(&pool.name_any()))
         && !pod.labels().contains_key(SESSION_LABEL)
@@ -333,12 +328,6 @@ pub fn claim_patch(
             "annotations": { SPEC_HASH_ANNOTATION: hash },
         }
     }))
-}
-
-/// Whether `pod` carries `session`'s controller reference (a claim that
-/// went through, even if the operator stopped right after it).
-pub fn claimed_by(pod: &Pod, session: &AgentSession) -> bool {
-    crate::plan::owned_by(&pod.metadata, session)
 }
 
 /// Which of the pods a session controls it runs in, and which are surplus.

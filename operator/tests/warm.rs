@@ -235,7 +235,7 @@ fn the_claim_is_one_preconditioned_patch_that_hands_the_pod_over() {
     assert_eq!(owners[0]["controller"], true);
 
     let bound = claimed(&pod, &s);
-    assert!(warm::claimed_by(&bound, &s));
+    assert!(plan::owned_by(&bound.metadata, &s));
     assert!(
         !warm::claimable(&bound, &p),
         "a claimed pod is no longer the pool's"
@@ -244,7 +244,7 @@ fn the_claim_is_one_preconditioned_patch_that_hands_the_pod_over() {
     // made from the old version carries the old resourceVersion.
     let mut other = session(json!({}));
     other.metadata.uid = Some("session-uid-0008".into());
-    assert!(!warm::claimed_by(&bound, &other));
+    assert!(!plan::owned_by(&bound.metadata, &other));
     // Not-ready, outdated or foreign pods are never claimable.
     let mut not_ready = pod.clone();
     not_ready.status = None;
@@ -269,15 +269,9 @@ fn a_claimed_pod_is_kept_gets_the_sessions_toolset_and_binding_and_is_nudged_onc
         &s,
     );
     let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
-    let claim = CondSpec {
-        type_: "WarmPool",
-        status: true,
-        reason: "Claimed".into(),
-        message: "claimed warm pod python-0a1b2c3d-sandbox from AgentWarmPool python".into(),
-    };
+    // A claim that just went through: the condition comes from the pod.
     let observed = Observed {
         pod: Some(pod.clone()),
-        warm: Some(claim),
         ..Observed::default()
     };
     let plan = plan::plan(&s, &observed, &res, &cfg(), now());
@@ -318,6 +312,10 @@ fn a_claimed_pod_is_kept_gets_the_sessions_toolset_and_binding_and_is_nudged_onc
     assert_eq!(
         (warm_cond.status.as_str(), warm_cond.reason.as_str()),
         ("True", "Claimed")
+    );
+    assert_eq!(
+        warm_cond.message,
+        "claimed warm pod python-0a1b2c3d-sandbox from AgentWarmPool python"
     );
     assert!(plan.events.iter().any(|e| e.reason == "ClaimedWarmPod"));
 
