@@ -15,6 +15,9 @@ use operator::resolution::{Listings, resolve};
 use operator::validation::entries;
 use serde_json::json;
 
+mod common;
+use common::{cfg, now};
+
 fn session(tools: serde_json::Value, extra: serde_json::Value) -> AgentSession {
     let mut spec = json!({
         "image": "localhost/agentplane/sandbox-base:dev",
@@ -53,21 +56,6 @@ fn with_mcp() -> AgentSession {
                {"type": "mcp_toolset", "mcp_server_name": "gh"}]),
         json!({"mcpServers": [{"type": "url", "name": "gh", "url": "https://mcp.example.invalid/mcp"}]}),
     )
-}
-
-fn cfg() -> PodConfig {
-    PodConfig {
-        runner_image: "localhost/agentplane/runner:dev".into(),
-        image_pull_policy: "IfNotPresent".into(),
-        default_resources: None,
-        default_workspace_limit: None,
-        egress: operator::egress::EgressPolicy::default(),
-        read_only_root: false,
-    }
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_second(1_000).expect("t")
 }
 
 /// The pod the operator would build for `s`, running and (un)ready.

@@ -5,11 +5,14 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
 use operator::names::{Names, Scheme, object_name};
-use operator::pod::{PodConfig, build_pod, spec_hash};
+use operator::pod::{build_pod, spec_hash};
 use operator::resolution::{Listings, resolve};
 use operator::status::build_status;
 use serde_json::json;
 use toolset::McpTool;
+
+mod common;
+use common::cfg;
 
 fn session(spec: serde_json::Value) -> AgentSession {
     let spec: AgentSessionSpec = serde_json::from_value(spec).expect("spec");
@@ -22,17 +25,6 @@ fn session(spec: serde_json::Value) -> AgentSession {
         ..ObjectMeta::default()
     };
     s
-}
-
-fn cfg() -> PodConfig {
-    PodConfig {
-        runner_image: "localhost/agentplane/runner:dev".into(),
-        image_pull_policy: "IfNotPresent".into(),
-        default_resources: None,
-        default_workspace_limit: None,
-        egress: operator::egress::EgressPolicy::default(),
-        read_only_root: false,
-    }
 }
 
 fn example() -> AgentSession {

@@ -8,29 +8,17 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::core::ObjectMeta;
 use operator::plan::{self, Observed, PodAction};
-use operator::pod::{PodConfig, SESSION_LABEL, SPEC_HASH_ANNOTATION};
+use operator::pod::{SESSION_LABEL, SPEC_HASH_ANNOTATION};
 use operator::policy::SessionPolicy;
 use operator::resolution::{CondSpec, Listings, resolve};
 use operator::validation::entries;
 use operator::{pool, warm};
 use serde_json::json;
 
+mod common;
+use common::{cfg, now};
+
 const IMAGE: &str = "localhost/agentplane/sandbox-base:dev";
-
-fn cfg() -> PodConfig {
-    PodConfig {
-        runner_image: "localhost/agentplane/runner:dev".into(),
-        image_pull_policy: "IfNotPresent".into(),
-        default_resources: None,
-        default_workspace_limit: None,
-        egress: operator::egress::EgressPolicy::default(),
-        read_only_root: false,
-    }
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_second(1_000).expect("t")
-}
 
 fn template(extra: serde_json::Value) -> WarmPoolTemplate {
     let mut t = json!({"image": IMAGE});
