@@ -218,21 +218,7 @@ fn main() {
     });
     let to_ready = settle.elapsed();
     // The garbage collector removes what the deleted sessions owned.
-    let sessions: BTreeMap<String, String> = k
-        .get(&["agentsessions", "-n", &ns.name])
-        .and_then(|v| v["items"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .map(|s| {
-            (
-                s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                s["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            )
-        })
-        .collect();
+    let sessions = e2e::sessions_by_uid(&k, &ns.name);
     assert_eq!(sessions.len(), kept.len(), "sessions left: {sessions:?}");
     let orphans = |kind: &str| -> Vec<String> {
         names(&k, kind, &ns.name)

@@ -428,6 +428,18 @@ pub fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The sessions in `ns`, name by UID (what owner references name); empty
+/// when they cannot be listed.
+pub fn sessions_by_uid(k: &Kubectl, ns: &str) -> std::collections::BTreeMap<String, String> {
+    let field = |s: &Value, f: &str| s["metadata"][f].as_str().unwrap_or_default().to_owned();
+    k.get(&["agentsessions", "-n", ns])
+        .and_then(|v| v["items"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|s| (field(s, "uid"), field(s, "name")))
+        .collect()
+}
+
 /// A status condition of `obj` by type: (status, reason, message).
 pub fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
     obj.pointer("/status/conditions")?

@@ -24,8 +24,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, free_port, install_crd, plugin_bin, runner_image,
-    sandbox_image, wait_for,
+    Certs, Kubectl, Namespace, Operator, fail_with_log, free_port, install_crd, plugin_bin,
+    runner_image, sandbox_image, wait_for,
 };
 use serde_json::Value;
 
@@ -225,13 +225,8 @@ fn sandbox_egress_is_enforced_and_the_allow_list_opens_it() {
     let k = Kubectl::from_env();
     let logs = tempfile::tempdir().expect("tempdir");
     let log = logs.path().join("operator.log");
-    let result = std::panic::catch_unwind(|| scenario(&k, &log));
-    if let Err(e) = result {
-        eprintln!(
-            "---- operator log ----\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::panic::resume_unwind(e);
+    if let Err(e) = std::panic::catch_unwind(|| scenario(&k, &log)) {
+        fail_with_log(&log, e);
     }
 }
 

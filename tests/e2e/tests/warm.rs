@@ -229,9 +229,12 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
     }
     // Two operators may have acted on one session at once (one claiming,
     // one starting cold); the session keeps one pod and deletes the other.
+    let session_of = e2e::sessions_by_uid(k, NS);
     let uid_of_session = |name: &str| {
-        k.get(&["agentsession", name, "-n", NS])
-            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_owned))
+        session_of
+            .iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(uid, _)| uid.clone())
             .unwrap_or_default()
     };
     let mut pods_of = BTreeMap::new();
@@ -266,21 +269,6 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
         racers.len(),
         "a pod named by two sessions: {pods_of:?}"
     );
-    let sessions = k.get(&["agentsessions", "-n", NS]).expect("sessions");
-    let uid_of: BTreeMap<String, String> = sessions["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            (
-                s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                s["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            )
-        })
-        .collect();
     let pods = k.get(&["pods", "-n", NS]).expect("pods");
     let mut claimed_warm = 0;
     for p in pods["items"].as_array().into_iter().flatten() {
@@ -293,7 +281,7 @@ fn scenario(k: &Kubectl, log: &std::path::Path) {
             .collect();
         assert_eq!(controllers.len(), 1, "pod {name}: {controllers:?}");
         if controllers[0]["kind"] == "AgentSession" {
-            let owner = &uid_of[controllers[0]["uid"].as_str().unwrap_or_default()];
+            let owner = &session_of[controllers[0]["uid"].as_str().unwrap_or_default()];
             assert_eq!(
                 p["metadata"]["labels"]["agentplane.dev/session"].as_str(),
                 Some(owner.as_str()),
