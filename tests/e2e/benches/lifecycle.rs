@@ -9,12 +9,11 @@
 //! `kubectl agent bash` result, which also checks the exported variable
 //! survived. The cold figure is the same session shape applied fresh.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, ms, percentile,
-    plugin_bin, runner_image, sandbox_image, static_volume, wait_for,
+    Certs, Kubectl, Namespace, Operator, agent, env_or, free_port, install_crd, ms, percentile,
+    runner_image, sandbox_image, static_volume, wait_for,
 };
 
 const T: Duration = Duration::from_secs(180);
@@ -35,19 +34,10 @@ fn main() {
         &["--runner-image", &runner],
     );
     let ns = Namespace::create(&k, "bench-lifecycle", &[]);
-    let plugin = plugin_bin();
     let bash = |name: &str, cmd: &str| -> String {
-        let out = Command::new(&plugin)
-            .args(["-n", &ns.name, "bash", name, "--", cmd])
-            .env("KUBECONFIG", &k.kubeconfig)
-            .output()
-            .expect("kubectl agent");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (code, out, err) = agent(&k, &ns.name, &["bash", name, "--", cmd]);
+        assert_eq!(code, 0, "{err}");
+        out
     };
     let ready = |name: &str| {
         wait_for("Ready", T, || {

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, env_or, free_port, install_crd, ms, percentile,
-    plugin_bin, runner_image, sandbox_image, wait_for,
+    Certs, Kubectl, Namespace, Operator, agent, env_or, free_port, install_crd, ms, percentile,
+    runner_image, sandbox_image, wait_for,
 };
 use serde_json::Value;
 
@@ -54,17 +54,9 @@ struct Bench {
 
 impl Bench {
     fn bash(&self, name: &str, cmd: &str) -> String {
-        let out = Command::new(plugin_bin())
-            .args(["-n", NS, "bash", name, "--", cmd])
-            .env("KUBECONFIG", &self.k.kubeconfig)
-            .output()
-            .expect("kubectl agent");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let (code, out, err) = agent(&self.k, NS, &["bash", name, "--", cmd]);
+        assert_eq!(code, 0, "{name}: {err}");
+        out
     }
 
     fn wait_ready(&self, name: &str) {
