@@ -198,7 +198,8 @@ impl Context {
         }
     }
 
-    /// Publishes an event about any object (a pool).
+    /// Publishes an event about any object (a session, a pool, a session
+    /// that cannot be decoded).
     pub async fn publish_on(
         &self,
         reference: &k8s_openapi::api::core::v1::ObjectReference,
@@ -221,24 +222,7 @@ impl Context {
     }
 
     async fn publish(&self, session: &AgentSession, note: &Note) {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason.clone(),
-            note: Some(note.message.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .recorder
-            .publish(&event, &session.object_ref(&()))
-            .await
-        {
-            tracing::warn!(error = %e, "cannot publish event");
-        }
+        self.publish_on(&session.object_ref(&()), note).await;
     }
 }
 
@@ -440,20 +424,18 @@ async fn unreadable_session(
         uid: meta.uid.clone(),
         ..Default::default()
     };
-    let event = Event {
-        type_: EventType::Warning,
+    let note = Note {
+        warning: true,
         reason: unreadable::REASON.into(),
-        note: Some(format!("the stored session cannot be read: {problem}")),
-        action: "Reconcile".into(),
-        secondary: None,
+        message: format!("the stored session cannot be read: {problem}"),
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        tracing::warn!(error = %e, "cannot publish event");
-    }
+    ctx.publish_on(&reference, &note).await;
     Ok(Action::await_change())
 }
 
-fn apply_params() -> PatchParams {
+/// Server-side apply as the operator's one field manager, taking over
+/// fields another manager set (the operator's objects are its own).
+pub(crate) fn apply_params() -> PatchParams {
     PatchParams::apply(MANAGER).force()
 }
 

@@ -26,7 +26,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::controller::{Context, MANAGER, delete_exactly};
+use crate::controller::{Context, apply_params, delete_exactly};
 use crate::error::{Error, Result};
 use crate::plan::Note;
 use crate::pool;
@@ -115,10 +115,6 @@ pub async fn reconcile(pool: Arc<AgentWarmPool>, ctx: Arc<Context>) -> Result<Ac
         .patch_status(&name, &apply_params(), &Patch::Apply(&body))
         .await?;
     Ok(Action::requeue(plan.requeue))
-}
-
-fn apply_params() -> kube::api::PatchParams {
-    kube::api::PatchParams::apply(MANAGER).force()
 }
 
 /// A pod-name suffix unique to this pool and moment: 8 hex characters of a
