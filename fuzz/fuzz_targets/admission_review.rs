@@ -1,5 +1,5 @@
 //! The webhook's AdmissionReview decoder and decision,
-//! `operator::admission::review` (the HTTP handler's whole body work), on
+//! `operator::admission::review::review` (the HTTP handler's whole body work), on
 //! arbitrary bytes as a request body.
 //!
 //! Invariants: no panic; deterministic; a body that is not a review is an
@@ -33,8 +33,8 @@ fn check_finding(f: &Finding) {
 
 fuzz_target!(|data: &[u8]| {
     let policy = SessionPolicy::default();
-    let first = operator::admission::review(data, &policy);
-    let again = operator::admission::review(data, &policy);
+    let first = operator::admission::review::review(data, &policy);
+    let again = operator::admission::review::review(data, &policy);
     match (&first, &again) {
         (Ok((a, _)), Ok((b, _))) => assert_eq!(a, b, "decision is not deterministic"),
         (Err(a), Err(b)) => assert_eq!(a, b),

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use operator::tls::{ReloadingCert, TlsFiles};
+use operator::admission::tls::{ReloadingCert, TlsFiles};
 use serde_json::{Value, json};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -99,9 +99,9 @@ fn main() -> Res<()> {
             .enable_all()
             .build()
             .expect("server runtime");
-        if let Err(e) = rt.block_on(operator::tls::serve(
+        if let Err(e) = rt.block_on(operator::admission::tls::serve(
             addr,
-            operator::webhook::router(Arc::default()),
+            operator::admission::route::router(Arc::default()),
             reloading,
             std::future::pending::<()>(),
         )) {

@@ -7,30 +7,21 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+// The wings (see docs/architecture.md for their doors).
 pub mod admission;
-pub mod check;
+pub mod mcp;
+pub mod pool;
+pub mod session;
+
+// The shared base: what every wing stands on.
 pub mod cli;
-pub mod controller;
-pub mod destinations;
-pub mod egress;
 pub mod error;
 pub mod health;
 pub mod leader;
-pub mod lifecycle;
 pub mod listen;
-pub mod mcp;
 pub mod names;
-pub mod plan;
-pub mod pod;
 pub mod policy;
-pub mod pool;
-pub mod pool_controller;
 pub mod resolution;
-pub mod status;
-pub mod tls;
-pub mod unreadable;
 pub mod validation;
-pub mod warm;
-pub mod webhook;
 
 pub use error::{Error, Result};

@@ -112,13 +112,19 @@ impl Names {
                 "app.kubernetes.io/managed-by".to_owned(),
                 "agentplane".to_owned(),
             ),
-            (crate::pod::SESSION_LABEL.to_owned(), self.label.clone()),
+            (
+                crate::session::pod::SESSION_LABEL.to_owned(),
+                self.label.clone(),
+            ),
         ])
     }
 
     /// The label that selects the session's sandbox pod.
     pub fn selector(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([(crate::pod::SESSION_LABEL.to_owned(), self.label.clone())])
+        BTreeMap::from([(
+            crate::session::pod::SESSION_LABEL.to_owned(),
+            self.label.clone(),
+        )])
     }
 }
 

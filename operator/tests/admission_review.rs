@@ -1,6 +1,6 @@
 //! The webhook's decisions on AdmissionReview fixtures, snapshotted.
 
-use operator::admission::review;
+use operator::admission::review::review;
 use operator::policy::SessionPolicy;
 use serde_json::{Value, json};
 

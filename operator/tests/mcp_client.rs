@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use operator::destinations::Destinations;
-use operator::mcp::McpClient;
+use operator::mcp::client::McpClient;
+use operator::mcp::destinations::Destinations;
 
 /// The test servers listen on loopback, which the operator reaches only
 /// when allowed (as the e2e operator is, with --mcp-allow-cidr).
@@ -178,7 +178,7 @@ async fn a_huge_answer_is_refused_without_reading_it() {
     assert!(
         text.contains(&format!(
             "larger than {} bytes",
-            operator::mcp::MAX_BODY_BYTES
+            operator::mcp::client::MAX_BODY_BYTES
         )),
         "{text}"
     );

@@ -8,10 +8,12 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
-use operator::controller::Backoff;
-use operator::plan::{self, Observed, Plan, PodAction};
-use operator::pod::{PodConfig, SPEC_HASH_ANNOTATION, build_pod, workspace_claim as build_claim};
 use operator::resolution::{Listings, resolve};
+use operator::session::controller::Backoff;
+use operator::session::plan::{self, Observed, Plan, PodAction};
+use operator::session::pod::{
+    PodConfig, SPEC_HASH_ANNOTATION, build_pod, workspace_claim as build_claim,
+};
 use operator::validation::entries;
 use serde_json::json;
 
@@ -410,7 +412,7 @@ fn a_new_runner_image_does_not_replace_running_pods() {
         panic!("expected a create");
     };
     assert_eq!(
-        operator::pod::runner_image(&pod),
+        operator::session::pod::runner_image(&pod),
         Some("localhost/agentplane/runner:v2")
     );
     // A spec change still replaces it, with the new runner then.
@@ -472,7 +474,7 @@ fn defaults_bound_new_pods_and_changing_them_replaces_none() {
 fn the_sandbox_network_policy_comes_with_the_pod_and_is_never_taken_over() {
     let s = valid();
     let fenced = PodConfig {
-        egress: operator::egress::EgressPolicy {
+        egress: operator::session::egress::EgressPolicy {
             enabled: true,
             ..Default::default()
         },
@@ -528,7 +530,7 @@ fn a_pod_as_the_api_server_returns_it_is_current() {
         .metadata
         .annotations
         .as_mut()
-        .map(|a| a.remove(operator::pod::BUILT_WITH_ANNOTATION));
+        .map(|a| a.remove(operator::session::pod::BUILT_WITH_ANNOTATION));
     let observed = Observed {
         pod: Some(legacy),
         ..Observed::default()
@@ -764,10 +766,13 @@ fn suspend_removes_the_pod_and_resume_brings_one_back() {
 #[test]
 fn a_persistent_session_keeps_bash_state_on_its_workspace() {
     assert_eq!(
-        operator::pod::state_dir(&persistent(json!({}))),
+        operator::session::pod::state_dir(&persistent(json!({}))),
         "/workspace/.agentplane/state"
     );
-    assert_eq!(operator::pod::state_dir(&valid()), runner_api::STATE_DIR);
+    assert_eq!(
+        operator::session::pod::state_dir(&valid()),
+        runner_api::STATE_DIR
+    );
 }
 
 /// The lifetime's end: no pod, phase Finished, and the claim deleted by UID
@@ -838,7 +843,7 @@ fn an_idle_exit_suspends_and_a_wake_replaces_the_ended_pod() {
     let mut woken = with_status(&s, p.status.clone());
     woken.metadata.annotations = Some(
         [(
-            operator::lifecycle::WAKE_ANNOTATION.to_owned(),
+            operator::session::lifecycle::WAKE_ANNOTATION.to_owned(),
             Timestamp::from_second(1_500).expect("t").to_string(),
         )]
         .into(),

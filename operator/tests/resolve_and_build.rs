@@ -5,9 +5,9 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
 use operator::names::{Names, Scheme, object_name};
-use operator::pod::{build_pod, spec_hash};
 use operator::resolution::{Listings, resolve};
-use operator::status::build_status;
+use operator::session::pod::{build_pod, spec_hash};
+use operator::session::status::build_status;
 use serde_json::json;
 use toolset::McpTool;
 

@@ -7,12 +7,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::core::ObjectMeta;
-use operator::plan::{self, Observed, PodAction};
-use operator::pod::{SESSION_LABEL, SPEC_HASH_ANNOTATION};
 use operator::policy::SessionPolicy;
+use operator::pool::plan as pool;
 use operator::resolution::{CondSpec, Listings, resolve};
+use operator::session::claim as warm;
+use operator::session::plan::{self, Observed, PodAction};
+use operator::session::pod::{SESSION_LABEL, SPEC_HASH_ANNOTATION};
 use operator::validation::entries;
-use operator::{pool, warm};
 use serde_json::json;
 
 mod common;
@@ -508,7 +509,7 @@ fn a_cold_pods_spec_hash_is_what_a_claim_records() {
         &ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41"),
         &s,
     );
-    let cold = operator::pod::build_pod(&s, &cfg());
+    let cold = operator::session::pod::build_pod(&s, &cfg());
     assert_eq!(
         pod.annotations().get(SPEC_HASH_ANNOTATION),
         cold.annotations().get(SPEC_HASH_ANNOTATION)
@@ -534,7 +535,7 @@ fn of_two_pods_a_session_keeps_the_oldest_and_deletes_the_other() {
     let s = session(json!({}));
     let mut warm_pod = claimed(&ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "w", "1"), &s);
     warm_pod.metadata.creation_timestamp = Some(Time(Timestamp::from_second(900).expect("t")));
-    let mut cold = ready(operator::pod::build_pod(&s, &cfg()), "c", "1");
+    let mut cold = ready(operator::session::pod::build_pod(&s, &cfg()), "c", "1");
     cold.metadata.creation_timestamp = Some(Time(now()));
     // Both operators see the same pods in any order and decide alike.
     for pods in [

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use operator::tls::{ReloadingCert, TlsFiles};
+use operator::admission::tls::{ReloadingCert, TlsFiles};
 use serde_json::{Value, json};
 
 struct Served {
@@ -39,9 +39,9 @@ async fn serve() -> Served {
         .port();
     let addr = format!("127.0.0.1:{port}").parse().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(operator::tls::serve(
+    tokio::spawn(operator::admission::tls::serve(
         addr,
-        operator::webhook::router(std::sync::Arc::default()),
+        operator::admission::route::router(std::sync::Arc::default()),
         reloading,
         async move {
             let _ = stopped.await;
@@ -123,7 +123,7 @@ async fn the_update_of_a_session_near_the_object_size_limit_is_decided() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_the_limit_is_refused_and_the_server_keeps_serving() {
     let s = serve().await;
-    let huge = vec![b' '; operator::webhook::MAX_REVIEW_BYTES + 1];
+    let huge = vec![b' '; operator::admission::route::MAX_REVIEW_BYTES + 1];
     let resp = s
         .client
         .post(&s.url)

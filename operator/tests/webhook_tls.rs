@@ -1,7 +1,7 @@
 //! The webhook's certificate is reloaded when its files change, and a
 //! broken replacement keeps the certificate in service.
 
-use operator::tls::{ReloadingCert, TlsFiles};
+use operator::admission::tls::{ReloadingCert, TlsFiles};
 
 fn pair(name: &str) -> (String, String, Vec<u8>) {
     let key = rcgen::KeyPair::generate().expect("key");

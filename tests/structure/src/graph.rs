@@ -92,7 +92,12 @@ fn strongly_connected(edges: &[Vec<(usize, usize)>]) -> Vec<Vec<usize>> {
 
 /// One loop through `scc`, from its first file back to it (a shortest one,
 /// by breadth-first search inside the component).
-fn show_loop(krate: &Crate, nodes: &[&ModPath], edges: &[Vec<(usize, usize)>], scc: &[usize]) -> String {
+fn show_loop(
+    krate: &Crate,
+    nodes: &[&ModPath],
+    edges: &[Vec<(usize, usize)>],
+    scc: &[usize],
+) -> String {
     let start = scc[0];
     let mut came: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
     let mut queue = std::collections::VecDeque::from([start]);
@@ -113,12 +118,18 @@ fn show_loop(krate: &Crate, nodes: &[&ModPath], edges: &[Vec<(usize, usize)>], s
         }
     }
     let Some((last, last_line)) = closing else {
-        return scc.iter().map(|&i| krate.path_of(nodes[i])).collect::<Vec<_>>().join(", ");
+        return scc
+            .iter()
+            .map(|&i| krate.path_of(nodes[i]))
+            .collect::<Vec<_>>()
+            .join(", ");
     };
     let mut chain = vec![(last, last_line)];
     let mut at = last;
     while at != start {
-        let Some(&(prev, line)) = came.get(&at) else { break };
+        let Some(&(prev, line)) = came.get(&at) else {
+            break;
+        };
         chain.push((prev, line));
         at = prev;
     }
@@ -126,7 +137,10 @@ fn show_loop(krate: &Crate, nodes: &[&ModPath], edges: &[Vec<(usize, usize)>], s
     // chain: (file, line of its import of the next file)
     let mut text = String::new();
     for (file, line) in &chain {
-        text.push_str(&format!("{} (line {line}) -> ", krate.path_of(nodes[*file])));
+        text.push_str(&format!(
+            "{} (line {line}) -> ",
+            krate.path_of(nodes[*file])
+        ));
     }
     text.push_str(&krate.path_of(nodes[start]));
     text

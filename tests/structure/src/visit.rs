@@ -122,8 +122,11 @@ impl Reader<'_> {
             let line = flat[i].span().start().line;
             let mut segments = vec![flat[i].to_string()];
             let mut j = i + 1;
-            while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(id))) =
-                (flat.get(j), flat.get(j + 1), flat.get(j + 2))
+            while let (
+                Some(TokenTree::Punct(a)),
+                Some(TokenTree::Punct(b)),
+                Some(TokenTree::Ident(id)),
+            ) = (flat.get(j), flat.get(j + 1), flat.get(j + 2))
             {
                 if a.as_char() != ':' || b.as_char() != ':' {
                     break;

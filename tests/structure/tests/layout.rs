@@ -27,7 +27,11 @@ fn assert_none(what: &str, found: Vec<String>) {
 fn no_import_circles() {
     for krate in ["operator", "sidecar", "kubectl-agent"] {
         let c = read(krate);
-        assert!(c.files.len() > 3, "{krate}: only {} files read", c.files.len());
+        assert!(
+            c.files.len() > 3,
+            "{krate}: only {} files read",
+            c.files.len()
+        );
         assert_none(&format!("import circles in {krate}/src"), cycles(&c));
     }
 }
@@ -37,11 +41,16 @@ fn operator_wings_import_through_their_doors() {
     let c = read("operator");
     for wing in OPERATOR_DOORS.wings {
         assert!(
-            c.files.keys().any(|m| m.first().map(String::as_str) == Some(*wing)),
+            c.files
+                .keys()
+                .any(|m| m.first().map(String::as_str) == Some(*wing)),
             "operator/src/{wing}/ holds no module"
         );
     }
-    assert_none("forbidden imports between the operator's wings", OPERATOR_DOORS.violations(&c));
+    assert_none(
+        "forbidden imports between the operator's wings",
+        OPERATOR_DOORS.violations(&c),
+    );
 }
 
 #[test]

@@ -30,20 +30,20 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span, Status, Tracer};
 
-use crate::destinations::Destinations;
-use crate::egress;
 use crate::error::{Error, Result};
-use crate::lifecycle;
-use crate::mcp::McpClient;
+use crate::mcp::client::McpClient;
+use crate::mcp::destinations::Destinations;
 use crate::names::{Names, Scheme};
-use crate::plan::{self, Note, Observed, Plan, PodAction};
-use crate::pod::{self, PodConfig};
 use crate::policy::{self, SessionPolicy};
 use crate::resolution::CondSpec;
 use crate::resolution::{self, Listings, Resolution};
-use crate::unreadable;
+use crate::session::claim as warm;
+use crate::session::egress;
+use crate::session::lifecycle;
+use crate::session::plan::{self, Note, Observed, Plan, PodAction};
+use crate::session::pod::{self, PodConfig};
+use crate::session::unreadable;
 use crate::validation;
-use crate::warm;
 use toolset::Entries;
 
 /// The field manager of everything the operator applies.
@@ -815,7 +815,7 @@ fn generation_or_wake(session: &Watched) -> Option<u64> {
     meta.generation.hash(&mut h);
     meta.annotations
         .as_ref()
-        .and_then(|a| a.get(crate::lifecycle::WAKE_ANNOTATION))
+        .and_then(|a| a.get(crate::session::lifecycle::WAKE_ANNOTATION))
         .hash(&mut h);
     Some(h.finish())
 }
@@ -855,6 +855,6 @@ pub async fn run(
                 Err(e) => tracing::debug!(error = %e, "reconcile loop error"),
             }
         });
-    let pools = crate::pool_controller::run(ctx, shutdown);
+    let pools = crate::pool::controller::run(ctx, shutdown);
     futures::join!(sessions, pools);
 }

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use toolset::ResolvedToolset;
 
 use crate::names::Names;
-use crate::pod::{self, PodConfig, SESSION_LABEL, SPEC_HASH_ANNOTATION};
+use crate::session::pod::{self, PodConfig, SESSION_LABEL, SPEC_HASH_ANNOTATION};
 
 /// Label of a pool's unclaimed pods: the pool's name (fitted to a label).
 pub const POOL_LABEL: &str = "agentplane.dev/pool";
@@ -121,7 +121,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
 /// Whether `pod` is an unclaimed pod of `pool` built from its current
 /// template, ready to serve: the only pods a session may claim.
 pub fn claimable(pod: &Pod, pool: &AgentWarmPool) -> bool {
-    crate::plan::controlled_by(&pod.metadata, pool.metadata.uid.as_deref())
+    crate::session::plan::controlled_by(&pod.metadata, pool.metadata.uid.as_deref())
         && pod.metadata.deletion_timestamp.is_none()
         && pod.labels().get(POOL_LABEL) == Some(&pool_label(&pool.name_any()))
         && !pod.labels().contains_key(SESSION_LABEL)

@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toolset::McpTool;
 
-use crate::destinations::{Destinations, GuardedResolver};
 use crate::error::{Error, Result};
+use crate::mcp::destinations::{Destinations, GuardedResolver};
 
 /// The protocol revision this client speaks.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";

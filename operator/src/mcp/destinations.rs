@@ -12,7 +12,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::egress::Cidr;
+use crate::session::egress::Cidr;
 
 /// Ranges never reached unless listed: loopback, private, carrier-grade
 /// NAT, link-local (cloud metadata), unique-local, unspecified, multicast.

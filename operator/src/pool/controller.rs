@@ -1,5 +1,5 @@
 //! The warm-pool reconciler: reads a pool's pods, carries out
-//! [`crate::pool::plan`], writes the pool's status.
+//! [`crate::pool::plan::plan`], writes the pool's status.
 //!
 //! Pods are created with a plain create (never an apply that could adopt
 //! an object under a taken name) and deleted with their UID as the
@@ -26,11 +26,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::controller::{Context, apply_params, delete_exactly};
 use crate::error::{Error, Result};
-use crate::plan::Note;
-use crate::pool;
-use crate::warm;
+use crate::pool::plan as pool;
+use crate::session::claim as warm;
+use crate::session::controller::{Context, apply_params, delete_exactly};
+use crate::session::plan::Note;
 
 /// Pools reconciled at once.
 const MAX_CONCURRENT_POOL_RECONCILES: u16 = 4;

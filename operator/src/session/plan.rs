@@ -13,14 +13,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::egress;
-use crate::lifecycle::{self, Stage};
 use crate::names::Names;
-use crate::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
 use crate::resolution::CondSpec;
 use crate::resolution::Resolution;
-use crate::status;
-use crate::warm;
+use crate::session::claim as warm;
+use crate::session::egress;
+use crate::session::lifecycle::{self, Stage};
+use crate::session::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
+use crate::session::status;
 
 /// How soon a session is looked at again when nothing is wrong.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -51,7 +51,7 @@ pub struct Observed {
     pub warm: Option<CondSpec>,
     /// Live pods the session controls besides `pod` (name, UID): left by
     /// two operators that raced, one claiming a warm pod while the other
-    /// started a cold one. They are deleted (see [`crate::warm::pick`]).
+    /// started a cold one. They are deleted (see [`crate::session::claim::pick`]).
     pub surplus: Vec<(String, Option<String>)>,
 }
 

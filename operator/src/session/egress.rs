@@ -20,8 +20,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use crate::names::Names;
-use crate::pod;
-use crate::warm;
+use crate::session::claim as warm;
+use crate::session::pod;
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
 /// (169.254.169.254 is the metadata service on every major cloud).

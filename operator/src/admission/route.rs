@@ -1,6 +1,6 @@
 //! The admission webhook's HTTP surface: one route that answers an
 //! AdmissionReview with [`admission::review`]'s decision. TLS is
-//! [`crate::tls`]'s, the health endpoints [`crate::health`]'s.
+//! [`crate::admission::tls`]'s, the health endpoints [`crate::health`]'s.
 
 use std::sync::{Arc, LazyLock};
 
@@ -13,7 +13,7 @@ use axum::routing::post;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::Counter;
 
-use crate::admission;
+use crate::admission::review as admission;
 use crate::policy::SessionPolicy;
 
 /// Built on first use, which is after telemetry is installed (the server

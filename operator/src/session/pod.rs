@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::egress::EgressPolicy;
 use crate::names::Names;
+use crate::session::egress::EgressPolicy;
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -165,7 +165,7 @@ pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
 }
 
 /// A warm pool's pod, built from the pool's template as a session without
-/// tools (`crate::warm` gives it the pool's labels and owner): its runner
+/// tools (`crate::session::claim` gives it the pool's labels and owner): its runner
 /// waits for a binding, and its toolset ConfigMap is optional, because it
 /// is written only when a session claims the pod.
 pub fn build_warm_pod(template: &AgentSession, cfg: &PodConfig) -> Pod {

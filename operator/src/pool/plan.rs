@@ -17,13 +17,13 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::egress;
-use crate::plan;
-use crate::pod::PodConfig;
 use crate::policy::{self, SessionPolicy};
 use crate::resolution::CondSpec;
-use crate::status;
-use crate::warm;
+use crate::session::claim as warm;
+use crate::session::egress;
+use crate::session::plan;
+use crate::session::pod::PodConfig;
+use crate::session::status;
 
 /// Most pods one reconcile starts.
 pub const MAX_CREATES_PER_RECONCILE: usize = 20;
