@@ -7,9 +7,9 @@ use crds::AgentSession;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 use runner_api::proto::RunRequest;
-use runner_api::{RUNNER_PORT, Refusal, exit};
+use runner_api::{RUNNER_PORT, exit};
 
-use crate::error::Error;
+use crate::error::{Error, not_bound, refusal};
 use crate::{forward, session, unbound, wake};
 
 /// Call an AgentSession's tools from kubectl.
@@ -188,35 +188,6 @@ async fn call(
     }))
 }
 
-/// The plugin's error for a call the runner did not run: the refusals a
-/// user can act on get the plugin's own words (which say what to type),
-/// the rest keep the runner's.
-pub fn refusal(e: runner_api::Error, tool: &str, session: &str) -> Error {
-    match e.refusal() {
-        Some(Refusal::ConfirmationRequired) => Error::ConfirmationRequired {
-            tool: tool.to_owned(),
-        },
-        Some(Refusal::NotSandboxTool) => Error::NotSandboxTool {
-            tool: tool.to_owned(),
-        },
-        Some(Refusal::DisabledTool) => Error::Disabled {
-            session: session.to_owned(),
-            tool: tool.to_owned(),
-            enabled: "(see kubectl agent tools)".into(),
-        },
-        _ => Error::Runner(e),
-    }
-}
-
-/// The error for a warm sandbox that stayed unbound past the plugin's
-/// patience.
-pub fn not_bound(session: &str) -> Error {
-    Error::NotBound {
-        session: session.to_owned(),
-        seconds: unbound::PATIENCE.as_secs(),
-    }
-}
-
 /// `bash --follow`: streamed, re-attached after a broken port-forward,
 /// cancelled in the sandbox on Ctrl-C.
 async fn follow_bash(
@@ -270,6 +241,7 @@ async fn follow_bash(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runner_api::Refusal;
 
     #[test]
     fn refusals_read_in_the_plugins_words_and_exit_by_the_convention() {

@@ -1,5 +1,7 @@
 //! What can go wrong between a user and a tool call, worded for that user.
 
+use runner_api::Refusal;
+
 /// The plugin's one error type.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -81,5 +83,33 @@ impl Error {
             | Self::Output(_)
             | Self::Kube(_) => exit::COULD_NOT_CALL,
         }
+    }
+}
+/// The plugin's error for a call the runner did not run: the refusals a
+/// user can act on get the plugin's own words (which say what to type),
+/// the rest keep the runner's.
+pub fn refusal(e: runner_api::Error, tool: &str, session: &str) -> Error {
+    match e.refusal() {
+        Some(Refusal::ConfirmationRequired) => Error::ConfirmationRequired {
+            tool: tool.to_owned(),
+        },
+        Some(Refusal::NotSandboxTool) => Error::NotSandboxTool {
+            tool: tool.to_owned(),
+        },
+        Some(Refusal::DisabledTool) => Error::Disabled {
+            session: session.to_owned(),
+            tool: tool.to_owned(),
+            enabled: "(see kubectl agent tools)".into(),
+        },
+        _ => Error::Runner(e),
+    }
+}
+
+/// The error for a warm sandbox that stayed unbound past the plugin's
+/// patience.
+pub fn not_bound(session: &str) -> Error {
+    Error::NotBound {
+        session: session.to_owned(),
+        seconds: crate::unbound::PATIENCE.as_secs(),
     }
 }

@@ -90,7 +90,7 @@ where
                     reconnects: p.reconnects,
                 });
             }
-            Ended::Refused(e) => return Err(crate::cli::refusal(e, &tool, session)),
+            Ended::Refused(e) => return Err(crate::error::refusal(e, &tool, session)),
             Ended::Broken => {}
         }
         p.failures += 1;
@@ -126,7 +126,7 @@ async fn start(
         let since = *unbound_since.get_or_insert_with(std::time::Instant::now);
         match crate::unbound::next(&e, since.elapsed()) {
             crate::unbound::Next::Retry => tokio::time::sleep(crate::unbound::PAUSE).await,
-            crate::unbound::Next::GiveUp => return Err(crate::cli::not_bound(session)),
+            crate::unbound::Next::GiveUp => return Err(crate::error::not_bound(session)),
             crate::unbound::Next::Fail => return Ok(Err(e)),
         }
     }

@@ -13,14 +13,16 @@ use kube::{Api, Client};
 use crate::admission::check;
 use crate::admission::route::router as admission_router;
 use crate::admission::tls::{self, ReloadingCert, TlsFiles};
+use crate::cidr::Cidr;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
-use crate::session::controller::{self, Context};
-use crate::session::egress::{Cidr, EgressPolicy};
-use crate::session::pod::PodConfig;
+use crate::sandbox::{EgressPolicy, PodConfig};
+use crate::session::controller::SessionContext;
+use crate::{pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -415,19 +417,16 @@ async fn run(args: RunArgs) -> Result<()> {
     if !args.webhook_only {
         let ctx = Arc::new(Context::new(
             client.clone(),
-            PodConfig {
-                runner_image: args.runner_image.clone(),
-                image_pull_policy: args.image_pull_policy.clone(),
-                default_resources: args.defaults.resources(),
-                default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
-                egress: args.egress.policy(),
-                read_only_root: args.defaults.read_only_root,
-            },
-            Duration::from_secs(args.mcp_timeout_seconds),
+            pod_config(&args),
             args.policy.policy(),
-            Destinations {
-                allowed: args.mcp_allow_cidrs.clone(),
-            },
+        ));
+        let mcp = Destinations {
+            allowed: args.mcp_allow_cidrs.clone(),
+        };
+        let sessions = Arc::new(SessionContext::new(
+            Arc::clone(&ctx),
+            Duration::from_secs(args.mcp_timeout_seconds),
+            mcp,
         ));
         let lease = args.leader_elect.then(|| {
             let identity = std::env::var("POD_NAME")
@@ -438,7 +437,7 @@ async fn run(args: RunArgs) -> Result<()> {
                 identity,
             )
         });
-        tasks.spawn(reconcile(ctx, lease, stop.clone()));
+        tasks.spawn(reconcile(ctx, sessions, lease, stop.clone()));
     }
 
     tokio::select! {
@@ -455,6 +454,18 @@ async fn run(args: RunArgs) -> Result<()> {
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// What the platform decides about every sandbox pod, from the flags.
+fn pod_config(args: &RunArgs) -> PodConfig {
+    PodConfig {
+        runner_image: args.runner_image.clone(),
+        image_pull_policy: args.image_pull_policy.clone(),
+        default_resources: args.defaults.resources(),
+        default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
+        egress: args.egress.policy(),
+        read_only_root: args.defaults.read_only_root,
+    }
 }
 
 /// Starts the admission webhook when a certificate and key are given.
@@ -484,12 +495,25 @@ fn spawn_webhook(args: &RunArgs, tasks: &mut Tasks, stop: &StopSignal) -> Result
     }
 }
 
-/// Runs the controller, behind the leader lease when one is configured: it
-/// reconciles only while this replica holds the lease, and returns the
-/// error that ends leadership so that the process exits at once.
-async fn reconcile(ctx: Arc<Context>, lease: Option<LeaseConfig>, stop: StopSignal) -> Result<()> {
+/// Both reconcilers, sessions and warm pools, until `stop`.
+async fn reconcilers(ctx: Arc<Context>, sessions: Arc<SessionContext>, stop: StopSignal) {
+    futures::join!(
+        session::controller::run(sessions, stop.wait()),
+        pool::controller::run(ctx, stop.wait()),
+    );
+}
+
+/// Runs the reconcilers, behind the leader lease when one is configured:
+/// they reconcile only while this replica holds the lease, and the error
+/// that ends leadership is returned so that the process exits at once.
+async fn reconcile(
+    ctx: Arc<Context>,
+    sessions: Arc<SessionContext>,
+    lease: Option<LeaseConfig>,
+    stop: StopSignal,
+) -> Result<()> {
     let Some(cfg) = lease else {
-        controller::run(ctx, stop.wait()).await;
+        reconcilers(ctx, sessions, stop).await;
         return Ok(());
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
@@ -499,7 +523,7 @@ async fn reconcile(ctx: Arc<Context>, lease: Option<LeaseConfig>, stop: StopSign
     }
     let outcome = tokio::select! {
         err = leader::hold(&api, &cfg) => Err(err),
-        () = controller::run(ctx, stop.wait()) => Ok(()),
+        () = reconcilers(ctx, sessions, stop.clone()) => Ok(()),
     };
     leader::release(&api, &cfg).await;
     outcome

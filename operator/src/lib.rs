@@ -14,7 +14,9 @@ pub mod pool;
 pub mod session;
 
 // The shared base: what every wing stands on.
+pub mod cidr;
 pub mod cli;
+pub mod context;
 pub mod error;
 pub mod health;
 pub mod leader;
@@ -22,6 +24,7 @@ pub mod listen;
 pub mod names;
 pub mod policy;
 pub mod resolution;
+pub mod sandbox;
 pub mod validation;
 
 pub use error::{Error, Result};

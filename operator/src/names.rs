@@ -1,5 +1,8 @@
-//! The names of a session's objects (pod, toolset ConfigMap, workspace
-//! claim, NetworkPolicy) and the value of its session label.
+//! The names, labels, annotations and owner references of every object
+//! the operator writes: a session's pod, toolset ConfigMap, workspace
+//! claim and NetworkPolicy, and a warm pool's pods. One module, so that
+//! what marks an object as the platform's is decided in one place and
+//! every wing reads it from here.
 //!
 //! Names are deterministic so that an interrupted reconcile converges, and
 //! at most 63 characters (a pod's name is its hostname). A session name too
@@ -18,7 +21,39 @@
 use std::collections::BTreeMap;
 
 use crds::AgentSession;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
 use sha2::{Digest, Sha256};
+
+/// Label naming the session a pod belongs to.
+pub const SESSION_LABEL: &str = "agentplane.dev/session";
+/// Annotation carrying the hash of the pod spec the operator built, so a
+/// changed session replaces its pod (pod specs are mostly immutable).
+pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/spec-hash";
+/// Label of a pool's unclaimed pods: the pool's name (fitted to a label).
+pub const POOL_LABEL: &str = "agentplane.dev/pool";
+/// Annotation of a pool's pods: the hash of the template they were built
+/// from, so a changed template replaces the unclaimed ones.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "agentplane.dev/template-hash";
+/// Annotation every warm pod keeps for life, naming its pool: it marks the
+/// pod as one whose runner awaits a binding in the ConfigMap it mounts.
+pub const WARM_ANNOTATION: &str = "agentplane.dev/warm-pool";
+/// Annotation the operator writes on a claimed pod after writing its
+/// binding: the hash of the ConfigMap's data. The pod update it makes is
+/// what has the kubelet refresh the mounted ConfigMap at once instead of at
+/// its next periodic sync (up to a minute later).
+pub const BOUND_ANNOTATION: &str = "agentplane.dev/bound";
+
+/// The pool label's value for the pool called `pool`.
+pub fn pool_label(pool: &str) -> String {
+    Names::with(pool, Scheme::Current).label
+}
+
+/// The label selector of a pool's unclaimed pods, as the scale subresource
+/// and `kubectl get pods -l` take it.
+pub fn pool_selector(pool: &str) -> String {
+    format!("{POOL_LABEL}={}", pool_label(pool))
+}
 
 /// `status.objectNames` of a session whose objects carry 32-bit digests.
 pub const DIGEST32: &str = "digest32";
@@ -112,19 +147,13 @@ impl Names {
                 "app.kubernetes.io/managed-by".to_owned(),
                 "agentplane".to_owned(),
             ),
-            (
-                crate::session::pod::SESSION_LABEL.to_owned(),
-                self.label.clone(),
-            ),
+            (SESSION_LABEL.to_owned(), self.label.clone()),
         ])
     }
 
     /// The label that selects the session's sandbox pod.
     pub fn selector(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([(
-            crate::session::pod::SESSION_LABEL.to_owned(),
-            self.label.clone(),
-        )])
+        BTreeMap::from([(SESSION_LABEL.to_owned(), self.label.clone())])
     }
 }
 
@@ -149,6 +178,41 @@ fn object_name_in(session: &str, suffix: &str, scheme: Scheme) -> String {
     }
     let head = session[..cut].trim_end_matches(['-', '.']);
     format!("{head}-{digest}-{suffix}")
+}
+
+/// Metadata of an object the session owns: its name, the session's
+/// labels, and the session as controlling owner.
+pub fn owned_meta(session: &AgentSession, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: session.metadata.namespace.clone(),
+        labels: Some(Names::of(session).labels()),
+        owner_references: owner(session).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn owner(session: &AgentSession) -> Option<OwnerReference> {
+    session.controller_owner_ref(&())
+}
+
+/// Whether `meta` names `session` as its controlling owner, by UID: a name
+/// alone could be another session's object (or anyone's), and adopting or
+/// deleting it would be a takeover.
+pub fn owned_by(meta: &ObjectMeta, session: &AgentSession) -> bool {
+    controlled_by(meta, session.metadata.uid.as_deref())
+}
+
+/// Whether `meta` names the object with `uid` (a session, a pool) as its
+/// controlling owner; never for an owner without a UID.
+pub fn controlled_by(meta: &ObjectMeta, uid: Option<&str>) -> bool {
+    let Some(uid) = uid else {
+        return false;
+    };
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 #[cfg(test)]

@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::ObjectMeta;
+use operator::context::{self, Backoff, Note};
+use operator::names::SPEC_HASH_ANNOTATION;
 use operator::resolution::{Listings, resolve};
-use operator::session::controller::Backoff;
+use operator::sandbox::PodConfig;
 use operator::session::plan::{self, Observed, Plan, PodAction};
-use operator::session::pod::{
-    PodConfig, SPEC_HASH_ANNOTATION, build_pod, workspace_claim as build_claim,
-};
+use operator::session::pod::{build_pod, workspace_claim as build_claim};
 use operator::validation::entries;
 use serde_json::json;
 
@@ -85,7 +85,7 @@ fn plan_for(s: &AgentSession, pod: Option<Pod>, listings: &Listings) -> Plan {
     plan::plan(s, &observed, &res, &cfg(), now())
 }
 
-fn reasons(notes: &[plan::Note]) -> Vec<(bool, &str)> {
+fn reasons(notes: &[Note]) -> Vec<(bool, &str)> {
     notes
         .iter()
         .map(|n| (n.warning, n.reason.as_str()))
@@ -311,7 +311,7 @@ fn backoff_counts_each_failure_once() {
     assert_eq!(b.failed("team-a/other").as_secs(), 2, "per session");
     b.succeeded("team-a/demo");
     assert_eq!(b.failed("team-a/demo").as_secs(), 2, "a success resets it");
-    assert_eq!(plan::backoff(u32::MAX), plan::MAX_BACKOFF);
+    assert_eq!(context::backoff(u32::MAX), context::MAX_BACKOFF);
 }
 
 #[test]
@@ -474,7 +474,7 @@ fn defaults_bound_new_pods_and_changing_them_replaces_none() {
 fn the_sandbox_network_policy_comes_with_the_pod_and_is_never_taken_over() {
     let s = valid();
     let fenced = PodConfig {
-        egress: operator::session::egress::EgressPolicy {
+        egress: operator::sandbox::EgressPolicy {
             enabled: true,
             ..Default::default()
         },

@@ -7,12 +7,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::core::ObjectMeta;
+use operator::names::{
+    self, BOUND_ANNOTATION, POOL_LABEL, SESSION_LABEL, SPEC_HASH_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+};
 use operator::policy::SessionPolicy;
 use operator::pool::plan as pool;
+use operator::pool::pod::pool_pod;
 use operator::resolution::{CondSpec, Listings, resolve};
 use operator::session::claim as warm;
 use operator::session::plan::{self, Observed, PodAction};
-use operator::session::pod::{SESSION_LABEL, SPEC_HASH_ANNOTATION};
 use operator::validation::entries;
 use serde_json::json;
 
@@ -165,10 +169,10 @@ fn a_session_asking_for_the_template_matches_and_each_pod_field_is_named_otherwi
 #[test]
 fn a_pool_pod_waits_for_a_binding_and_belongs_to_the_pool() {
     let p = pool_with(2, template(json!({})));
-    let pod = warm::pool_pod(&p, "0a1b2c3d", &cfg());
+    let pod = pool_pod(&p, "0a1b2c3d", &cfg());
     assert_eq!(pod.name_any(), "python-0a1b2c3d-sandbox");
     assert_eq!(
-        pod.labels().get(warm::POOL_LABEL).map(String::as_str),
+        pod.labels().get(POOL_LABEL).map(String::as_str),
         Some("python")
     );
     assert!(!pod.labels().contains_key(SESSION_LABEL));
@@ -203,12 +207,12 @@ fn a_pool_pod_waits_for_a_binding_and_belongs_to_the_pool() {
 fn the_claim_is_one_preconditioned_patch_that_hands_the_pod_over() {
     let p = pool_with(1, template(json!({})));
     let s = session(json!({"env": [{"name": "TOKEN", "value": "it's"}]}));
-    let pod = ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41");
+    let pod = ready(pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41");
     assert!(warm::claimable(&pod, &p));
     let patch = warm::claim_patch(&pod, &s, &cfg()).expect("patch");
     assert_eq!(patch["metadata"]["resourceVersion"], "41");
     assert_eq!(
-        patch["metadata"]["labels"][warm::POOL_LABEL],
+        patch["metadata"]["labels"][POOL_LABEL],
         serde_json::Value::Null
     );
     assert_eq!(patch["metadata"]["labels"][SESSION_LABEL], "agent-7");
@@ -224,7 +228,7 @@ fn the_claim_is_one_preconditioned_patch_that_hands_the_pod_over() {
     assert_eq!(owners[0]["controller"], true);
 
     let bound = claimed(&pod, &s);
-    assert!(plan::owned_by(&bound.metadata, &s));
+    assert!(names::owned_by(&bound.metadata, &s));
     assert!(
         !warm::claimable(&bound, &p),
         "a claimed pod is no longer the pool's"
@@ -233,7 +237,7 @@ fn the_claim_is_one_preconditioned_patch_that_hands_the_pod_over() {
     // made from the old version carries the old resourceVersion.
     let mut other = session(json!({}));
     other.metadata.uid = Some("session-uid-0008".into());
-    assert!(!plan::owned_by(&bound.metadata, &other));
+    assert!(!names::owned_by(&bound.metadata, &other));
     // Not-ready, outdated or foreign pods are never claimable.
     let mut not_ready = pod.clone();
     not_ready.status = None;
@@ -253,10 +257,7 @@ fn a_claimed_pod_is_kept_gets_the_sessions_toolset_and_binding_and_is_nudged_onc
     let p = pool_with(1, template(json!({})));
     let s = session(json!({"env": [{"name": "TOKEN", "value": "abc"},
                                     {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}));
-    let pod = claimed(
-        &ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41"),
-        &s,
-    );
+    let pod = claimed(&ready(pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41"), &s);
     let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
     // A claim that just went through: the condition comes from the pod.
     let observed = Observed {
@@ -314,7 +315,7 @@ fn a_claimed_pod_is_kept_gets_the_sessions_toolset_and_binding_and_is_nudged_onc
         .metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(warm::BOUND_ANNOTATION.into(), bound.clone());
+        .insert(BOUND_ANNOTATION.into(), bound.clone());
     let observed = Observed {
         pod: Some(nudged.clone()),
         ..Observed::default()
@@ -431,7 +432,7 @@ fn a_pool_fills_up_in_bounded_steps_and_sheds_what_it_should_not_keep() {
     let mut pods: Vec<Pod> = (0..5)
         .map(|i| {
             ready(
-                warm::pool_pod(&p, &format!("{i:08x}"), &cfg()),
+                pool_pod(&p, &format!("{i:08x}"), &cfg()),
                 &format!("u{i}"),
                 "1",
             )
@@ -441,7 +442,7 @@ fn a_pool_fills_up_in_bounded_steps_and_sheds_what_it_should_not_keep() {
         .metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(warm::TEMPLATE_HASH_ANNOTATION.into(), "old".into());
+        .insert(TEMPLATE_HASH_ANNOTATION.into(), "old".into());
     pods[1].status.as_mut().expect("status").phase = Some("Failed".into());
     pods[2].status.as_mut().expect("status").conditions = None;
     let plan = pool::plan(
@@ -482,7 +483,7 @@ fn a_pool_fills_up_in_bounded_steps_and_sheds_what_it_should_not_keep() {
 #[test]
 fn a_template_the_policy_refuses_runs_no_pods_and_names_the_field() {
     let p = pool_with(3, template(json!({"runtimeClassName": "privileged-ish"})));
-    let pods = vec![ready(warm::pool_pod(&p, "00000001", &cfg()), "u1", "1")];
+    let pods = vec![ready(pool_pod(&p, "00000001", &cfg()), "u1", "1")];
     let plan = pool::plan(&p, &pods, &cfg(), &SessionPolicy::default(), now(), || {
         "x".into()
     });
@@ -505,10 +506,7 @@ fn a_cold_pods_spec_hash_is_what_a_claim_records() {
     // session's later reconciles compare like with like.
     let p = pool_with(1, template(json!({})));
     let s = session(json!({}));
-    let pod = claimed(
-        &ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41"),
-        &s,
-    );
+    let pod = claimed(&ready(pool_pod(&p, "0a1b2c3d", &cfg()), "pod-1", "41"), &s);
     let cold = operator::session::pod::build_pod(&s, &cfg());
     assert_eq!(
         pod.annotations().get(SPEC_HASH_ANNOTATION),
@@ -533,7 +531,7 @@ fn the_pool_name_is_checked_by_its_path() {
 fn of_two_pods_a_session_keeps_the_oldest_and_deletes_the_other() {
     let p = pool_with(1, template(json!({})));
     let s = session(json!({}));
-    let mut warm_pod = claimed(&ready(warm::pool_pod(&p, "0a1b2c3d", &cfg()), "w", "1"), &s);
+    let mut warm_pod = claimed(&ready(pool_pod(&p, "0a1b2c3d", &cfg()), "w", "1"), &s);
     warm_pod.metadata.creation_timestamp = Some(Time(Timestamp::from_second(900).expect("t")));
     let mut cold = ready(operator::session::pod::build_pod(&s, &cfg()), "c", "1");
     cold.metadata.creation_timestamp = Some(Time(now()));

@@ -12,7 +12,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::session::egress::Cidr;
+use crate::cidr::Cidr;
 
 /// Ranges never reached unless listed: loopback, private, carrier-grade
 /// NAT, link-local (cloud metadata), unique-local, unspecified, multicast.

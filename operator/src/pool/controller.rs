@@ -26,11 +26,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use crate::context::{Context, Note, apply_params, delete_exactly};
 use crate::error::{Error, Result};
+use crate::names;
 use crate::pool::plan as pool;
-use crate::session::claim as warm;
-use crate::session::controller::{Context, apply_params, delete_exactly};
-use crate::session::plan::Note;
 
 /// Pools reconciled at once.
 const MAX_CONCURRENT_POOL_RECONCILES: u16 = 4;
@@ -48,7 +47,7 @@ pub async fn reconcile(pool: Arc<AgentWarmPool>, ctx: Arc<Context>) -> Result<Ac
     let name = pool.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let listed = pods
-        .list(&ListParams::default().labels(&warm::pool_selector(&name)))
+        .list(&ListParams::default().labels(&names::pool_selector(&name)))
         .await?;
     let mut counter = 0u64;
     let uid = pool.metadata.uid.clone().unwrap_or_default();
@@ -143,7 +142,7 @@ pub async fn run(
 ) {
     let pools: Api<AgentWarmPool> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let config = watcher::Config::default().labels(warm::POOL_LABEL);
+    let config = watcher::Config::default().labels(names::POOL_LABEL);
     let mut controller = Controller::new(pools, watcher::Config::default());
     // One watch of the pools' pods serves both this controller and the
     // claims' candidate cache.

@@ -17,12 +17,13 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::names::{self, controlled_by};
 use crate::policy::{self, SessionPolicy};
+use crate::pool::pod::pool_pod;
 use crate::resolution::CondSpec;
-use crate::session::claim as warm;
+use crate::sandbox::PodConfig;
+use crate::session::claim;
 use crate::session::egress;
-use crate::session::plan;
-use crate::session::pod::PodConfig;
 use crate::session::status;
 
 /// Most pods one reconcile starts.
@@ -65,11 +66,9 @@ pub fn plan(
 ) -> PoolPlan {
     let name = pool.name_any();
     let uid = pool.metadata.uid.as_deref();
-    let ours = pods
-        .iter()
-        .filter(|p| plan::controlled_by(&p.metadata, uid));
-    let hash = warm::template_hash(&pool.spec.template);
-    let spec = warm::template_spec(&pool.spec.template);
+    let ours = pods.iter().filter(|p| controlled_by(&p.metadata, uid));
+    let hash = claim::template_hash(&pool.spec.template);
+    let spec = claim::template_spec(&pool.spec.template);
     let findings = policy::check(&spec, session_policy);
     let denied = (!findings.is_empty()).then(|| {
         findings
@@ -99,7 +98,7 @@ pub fn plan(
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         if matches!(phase, Some("Succeeded" | "Failed")) {
             delete.push((p.name_any(), p.metadata.uid.clone(), "ended"));
-        } else if p.annotations().get(warm::TEMPLATE_HASH_ANNOTATION) != Some(&hash) {
+        } else if p.annotations().get(names::TEMPLATE_HASH_ANNOTATION) != Some(&hash) {
             delete.push((p.name_any(), p.metadata.uid.clone(), "outdated"));
         } else {
             live.push(p);
@@ -110,7 +109,7 @@ pub fn plan(
         // the ones sessions are most likely claiming right now.
         live.sort_by_key(|p| {
             (
-                warm::pod_ready(p),
+                claim::pod_ready(p),
                 std::cmp::Reverse(p.metadata.creation_timestamp.clone().map(|t| t.0)),
             )
         });
@@ -119,12 +118,12 @@ pub fn plan(
         }
     }
     let missing = want.saturating_sub(live.len());
-    let starting = live.iter().filter(|p| !warm::pod_ready(p)).count();
+    let starting = live.iter().filter(|p| !claim::pod_ready(p)).count();
     let room = MAX_STARTING.saturating_sub(starting);
     let create: Vec<Pod> = (0..missing.min(MAX_CREATES_PER_RECONCILE).min(room))
-        .map(|_| warm::pool_pod(pool, &suffix(), cfg))
+        .map(|_| pool_pod(pool, &suffix(), cfg))
         .collect();
-    let ready = live.iter().filter(|p| warm::pod_ready(p)).count();
+    let ready = live.iter().filter(|p| claim::pod_ready(p)).count();
 
     let previous = pool
         .status
@@ -167,7 +166,7 @@ pub fn plan(
     let status = AgentWarmPoolStatus {
         replicas: i32::try_from(live.len()).unwrap_or(i32::MAX),
         ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
-        selector: warm::pool_selector(&name),
+        selector: names::pool_selector(&name),
         observed_generation: pool.metadata.generation,
         conditions: status::conditions(&specs, previous, pool.metadata.generation, now),
     };

@@ -22,33 +22,13 @@ use runner_api::{BINDING_FILE, Binding, BoundEnv};
 use sha2::{Digest, Sha256};
 use toolset::ResolvedToolset;
 
-use crate::names::Names;
-use crate::session::pod::{self, PodConfig, SESSION_LABEL, SPEC_HASH_ANNOTATION};
-
-/// Label of a pool's unclaimed pods: the pool's name (fitted to a label).
-pub const POOL_LABEL: &str = "agentplane.dev/pool";
-/// Annotation of a pool's pods: the hash of the template they were built
-/// from, so a changed template replaces the unclaimed ones.
-pub const TEMPLATE_HASH_ANNOTATION: &str = "agentplane.dev/template-hash";
-/// Annotation every warm pod keeps for life, naming its pool: it marks the
-/// pod as one whose runner awaits a binding in the ConfigMap it mounts.
-pub const WARM_ANNOTATION: &str = "agentplane.dev/warm-pool";
-/// Annotation the operator writes on a claimed pod after writing its
-/// binding: the hash of the ConfigMap's data. The pod update it makes is
-/// what has the kubelet refresh the mounted ConfigMap at once instead of at
-/// its next periodic sync (up to a minute later).
-pub const BOUND_ANNOTATION: &str = "agentplane.dev/bound";
-
-/// The pool label's value for the pool called `pool`.
-pub fn pool_label(pool: &str) -> String {
-    Names::with(pool, crate::names::Scheme::Current).label
-}
-
-/// The label selector of a pool's unclaimed pods, as the scale subresource
-/// and `kubectl get pods -l` take it.
-pub fn pool_selector(pool: &str) -> String {
-    format!("{POOL_LABEL}={}", pool_label(pool))
-}
+use crate::names::{
+    Names, POOL_LABEL, SESSION_LABEL, SPEC_HASH_ANNOTATION, TEMPLATE_HASH_ANNOTATION,
+    WARM_ANNOTATION, controlled_by, pool_label,
+};
+use crate::resolution::CondSpec;
+use crate::sandbox::PodConfig;
+use crate::session::pod;
 
 /// A stable digest of a pool's template.
 pub fn template_hash(template: &WarmPoolTemplate) -> String {
@@ -79,30 +59,6 @@ pub fn template_spec(template: &WarmPoolTemplate) -> AgentSessionSpec {
     }
 }
 
-/// One new pod of `pool`, named from `suffix` (random, so that names never
-/// collide with a pod being deleted): built as a tool-less session would
-/// be, then labelled and owned as the pool's.
-pub fn pool_pod(pool: &AgentWarmPool, suffix: &str, cfg: &PodConfig) -> Pod {
-    let pool_name = pool.name_any();
-    // Short enough that `{base}-sandbox` is the pod's name with no digest.
-    let head: String = pool_name.chars().take(40).collect();
-    let base = format!("{}-{suffix}", head.trim_end_matches(['-', '.']));
-    let mut template = AgentSession::new(&base, template_spec(&pool.spec.template));
-    template.metadata.namespace = pool.namespace();
-    let mut pod = pod::build_warm_pod(&template, cfg);
-    let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
-    labels.remove(SESSION_LABEL);
-    labels.insert(POOL_LABEL.to_owned(), pool_label(&pool_name));
-    pod.metadata.owner_references = pool.controller_owner_ref(&()).map(|o| vec![o]);
-    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    annotations.insert(
-        TEMPLATE_HASH_ANNOTATION.to_owned(),
-        template_hash(&pool.spec.template),
-    );
-    annotations.insert(WARM_ANNOTATION.to_owned(), pool_name);
-    pod
-}
-
 /// Whether `pod` started in a warm pool (claimed or not).
 pub fn is_warm(pod: &Pod) -> bool {
     pod.annotations().contains_key(WARM_ANNOTATION)
@@ -121,7 +77,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
 /// Whether `pod` is an unclaimed pod of `pool` built from its current
 /// template, ready to serve: the only pods a session may claim.
 pub fn claimable(pod: &Pod, pool: &AgentWarmPool) -> bool {
-    crate::session::plan::controlled_by(&pod.metadata, pool.metadata.uid.as_deref())
+    controlled_by(&pod.metadata, pool.metadata.uid.as_deref())
         && pod.metadata.deletion_timestamp.is_none()
         && pod.labels().get(POOL_LABEL) == Some(&pool_label(&pool.name_any()))
         && !pod.labels().contains_key(SESSION_LABEL)
@@ -363,9 +319,9 @@ pub fn pick(mut pods: Vec<Pod>) -> (Option<Pod>, Vec<(String, Option<String>)>) 
 /// `WarmPool=True` for a session running in `pod`, when `pod` started in a
 /// pool. Derived from the pod rather than remembered, so a reconcile that
 /// reads an older copy of the session's status still writes it.
-pub fn claimed_condition(pod: &Pod) -> Option<crate::resolution::CondSpec> {
+pub fn claimed_condition(pod: &Pod) -> Option<CondSpec> {
     let pool = pod.annotations().get(WARM_ANNOTATION)?;
-    Some(crate::resolution::CondSpec {
+    Some(CondSpec {
         type_: "WarmPool",
         status: true,
         reason: "Claimed".into(),

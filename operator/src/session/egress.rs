@@ -8,8 +8,6 @@
 //! own ranges are carved out of any listed CIDR that contains them, so a
 //! wide allow never opens those.
 
-use std::net::IpAddr;
-
 use crds::{AgentSession, AgentWarmPool};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -19,109 +17,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
-use crate::names::Names;
-use crate::session::claim as warm;
-use crate::session::pod;
+use crate::cidr::Cidr;
+use crate::names::{self, Names, owned_meta};
+use crate::sandbox::EgressPolicy;
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
 /// (169.254.169.254 is the metadata service on every major cloud).
 pub const ALWAYS_EXCEPTED: [&str; 2] = ["169.254.0.0/16", "fe80::/10"];
 
-/// What sandboxes may reach.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EgressPolicy {
-    /// Whether the operator manages a NetworkPolicy per session at all
-    /// (off only for clusters that enforce egress some other way).
-    pub enabled: bool,
-    /// CIDRs sandboxes may reach, besides cluster DNS.
-    pub allowed: Vec<Cidr>,
-    /// The cluster's pod and service ranges, excepted like link-local.
-    pub cluster: Vec<Cidr>,
-}
-
-/// An IP range in CIDR notation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl std::str::FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not a CIDR (e.g. 10.0.0.0/8, 2001:db8::/32)");
-        let (addr, prefix) = s.split_once('/').ok_or_else(bad)?;
-        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(bad());
-        }
-        let cidr = Cidr { addr, prefix };
-        if cidr.network() != addr {
-            return Err(format!(
-                "{s:?} has host bits set; the network is {}/{prefix}",
-                cidr.network()
-            ));
-        }
-        Ok(cidr)
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-impl Cidr {
-    fn bits(addr: IpAddr) -> (u128, u8) {
-        match addr {
-            IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
-            IpAddr::V6(a) => (u128::from(a), 128),
-        }
-    }
-
-    fn mask(&self) -> u128 {
-        let (_, width) = Self::bits(self.addr);
-        if self.prefix == 0 {
-            return 0;
-        }
-        let ones = u128::MAX << (128 - u32::from(self.prefix));
-        ones >> (128 - u32::from(width))
-    }
-
-    fn network(&self) -> IpAddr {
-        let (bits, _) = Self::bits(self.addr);
-        let net = bits & self.mask();
-        match self.addr {
-            IpAddr::V4(_) => IpAddr::V4(u32::try_from(net).unwrap_or(0).into()),
-            IpAddr::V6(_) => IpAddr::V6(net.into()),
-        }
-    }
-
-    /// Whether `ip` lies within this range.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        if self.addr.is_ipv4() != ip.is_ipv4() {
-            return false;
-        }
-        let (a, _) = Self::bits(self.addr);
-        let (b, _) = Self::bits(ip);
-        a & self.mask() == b & self.mask()
-    }
-
-    /// Whether `inner` lies within this range and is strictly smaller (a
-    /// NetworkPolicy `except` must be).
-    pub fn strictly_contains(&self, inner: &Cidr) -> bool {
-        inner.prefix > self.prefix && self.contains(inner.addr)
-    }
-}
-
 /// The session's NetworkPolicy, or `None` when the platform turned them off.
 pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<NetworkPolicy> {
     let names = Names::of(session);
-    let meta = pod::owned_meta(session, names.network_policy.clone());
+    let meta = owned_meta(session, names.network_policy.clone());
     build(meta, names.selector(), policy)
 }
 
@@ -130,7 +37,7 @@ pub fn network_policy(session: &AgentSession, policy: &EgressPolicy) -> Option<N
 /// one update, after the session's own policy exists, so a pod is never
 /// without one.
 pub fn pool_network_policy(pool: &AgentWarmPool, policy: &EgressPolicy) -> Option<NetworkPolicy> {
-    let name = crate::names::object_name(&pool.name_any(), "warm-egress");
+    let name = names::object_name(&pool.name_any(), "warm-egress");
     let meta = ObjectMeta {
         name: Some(name),
         namespace: pool.namespace(),
@@ -145,8 +52,8 @@ pub fn pool_network_policy(pool: &AgentWarmPool, policy: &EgressPolicy) -> Optio
         ..ObjectMeta::default()
     };
     let selector = [(
-        warm::POOL_LABEL.to_owned(),
-        warm::pool_label(&pool.name_any()),
+        names::POOL_LABEL.to_owned(),
+        names::pool_label(&pool.name_any()),
     )]
     .into();
     build(meta, selector, policy)

@@ -10,9 +10,11 @@
 //! claim reads the pool controller's caches through the shared context).
 
 pub mod claim;
+pub mod claiming;
 pub mod controller;
 pub mod egress;
 pub mod lifecycle;
+pub mod observe;
 pub mod plan;
 pub mod pod;
 pub mod status;

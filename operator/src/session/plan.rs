@@ -13,13 +13,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::names::Names;
-use crate::resolution::CondSpec;
-use crate::resolution::Resolution;
-use crate::session::claim as warm;
+use crate::context::Note;
+use crate::names::{BOUND_ANNOTATION, Names, SPEC_HASH_ANNOTATION, owned_by};
+use crate::resolution::{CondSpec, Resolution};
+use crate::sandbox::PodConfig;
+use crate::session::claim;
 use crate::session::egress;
 use crate::session::lifecycle::{self, Stage};
-use crate::session::pod::{self, PodConfig, SPEC_HASH_ANNOTATION};
+use crate::session::pod;
 use crate::session::status;
 
 /// How soon a session is looked at again when nothing is wrong.
@@ -31,8 +32,6 @@ pub const MCP_RETRY: Duration = Duration::from_secs(30);
 pub const POD_NOT_READY: Duration = Duration::from_secs(15);
 /// How soon a pod being deleted is looked at again, to create its successor.
 pub const POD_GOING: Duration = Duration::from_secs(2);
-/// The longest a failing session waits before the next attempt.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What the controller read from the cluster for one session.
 #[derive(Debug, Clone, Default)]
@@ -51,27 +50,8 @@ pub struct Observed {
     pub warm: Option<CondSpec>,
     /// Live pods the session controls besides `pod` (name, UID): left by
     /// two operators that raced, one claiming a warm pod while the other
-    /// started a cold one. They are deleted (see [`crate::session::claim::pick`]).
+    /// started a cold one. They are deleted (see [`claim::pick`]).
     pub surplus: Vec<(String, Option<String>)>,
-}
-
-/// Whether `meta` names `session` as its controlling owner, by UID: a name
-/// alone could be another session's object (or anyone's), and adopting or
-/// deleting it would be a takeover.
-pub fn owned_by(meta: &ObjectMeta, session: &AgentSession) -> bool {
-    controlled_by(meta, session.metadata.uid.as_deref())
-}
-
-/// Whether `meta` names the object with `uid` (a session, a pool) as its
-/// controlling owner; never for an owner without a UID.
-pub fn controlled_by(meta: &ObjectMeta, uid: Option<&str>) -> bool {
-    let Some(uid) = uid else {
-        return false;
-    };
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 /// The first object under one of the session's names that the session does
@@ -115,32 +95,6 @@ pub enum PodAction {
         uid: Option<String>,
         bound: String,
     },
-}
-
-/// One event to publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub warning: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-impl Note {
-    fn normal(reason: &str, message: String) -> Self {
-        Self {
-            warning: false,
-            reason: reason.into(),
-            message,
-        }
-    }
-
-    fn warning(reason: &str, message: String) -> Self {
-        Self {
-            warning: true,
-            reason: reason.into(),
-            message,
-        }
-    }
 }
 
 /// Everything one reconcile does.
@@ -224,7 +178,7 @@ fn running(
     cfg: &PodConfig,
     now: Timestamp,
 ) -> Plan {
-    let warm_pod = observed.pod.as_ref().filter(|p| warm::is_warm(p));
+    let warm_pod = observed.pod.as_ref().filter(|p| claim::is_warm(p));
     let pod_name = warm_pod.map_or_else(|| Names::of(session).pod, |p| p.name_any());
     let (mut action, mut pod_events, mut current) = decide_pod(session, observed, resolution, cfg);
     // Woken after an idle exit while the ended pod is still there: replace it.
@@ -274,12 +228,12 @@ fn running(
     }
     let runs = resolution.runner.as_ref();
     let configmap = runs.and_then(|r| match warm_pod {
-        Some(p) => warm::bound_configmap(session, r, p),
+        Some(p) => claim::bound_configmap(session, r, p),
         None => Some(pod::toolset_configmap(session, r)),
     });
     if let (Some(p), Some(cm), PodAction::Keep) = (warm_pod, &configmap, &action) {
-        let bound = warm::data_hash(cm);
-        if p.annotations().get(warm::BOUND_ANNOTATION) != Some(&bound) {
+        let bound = claim::data_hash(cm);
+        if p.annotations().get(BOUND_ANNOTATION) != Some(&bound) {
             action = PodAction::Touch {
                 name: p.name_any(),
                 uid: p.metadata.uid.clone(),
@@ -357,7 +311,7 @@ fn warm_condition(
     if let Some(spec) = &observed.warm {
         return Some(spec.clone());
     }
-    if let Some(claimed) = observed.pod.as_ref().and_then(warm::claimed_condition) {
+    if let Some(claimed) = observed.pod.as_ref().and_then(claim::claimed_condition) {
         return Some(claimed);
     }
     let old = previous?
@@ -702,11 +656,4 @@ pub fn status_events(
         );
     }
     out
-}
-
-/// The wait before the next attempt after `failures` consecutive failed
-/// reconciles: 2 s, 4 s, 8 s ... up to [`MAX_BACKOFF`].
-pub fn backoff(failures: u32) -> Duration {
-    let secs = 2u64.saturating_pow(failures.clamp(1, 16));
-    Duration::from_secs(secs).min(MAX_BACKOFF)
 }

@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::names::Names;
-use crate::session::egress::EgressPolicy;
+use crate::names::{Names, SPEC_HASH_ANNOTATION, owned_meta};
+use crate::sandbox::PodConfig;
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -21,8 +21,7 @@ use k8s_openapi::api::core::v1::{
     PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use runner_api::{
     Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_SOCKET, SANDBOX_BIN,
     SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
@@ -30,11 +29,6 @@ use runner_api::{
 use sha2::{Digest, Sha256};
 use toolset::ResolvedToolset;
 
-/// Label naming the session a pod belongs to.
-pub const SESSION_LABEL: &str = "agentplane.dev/session";
-/// Annotation carrying the hash of the pod spec the operator built, so a
-/// changed session replaces its pod (pod specs are mostly immutable).
-pub const SPEC_HASH_ANNOTATION: &str = "agentplane.dev/spec-hash";
 /// Where the resolved toolset is mounted.
 pub const TOOLSET_DIR: &str = "/etc/agentplane";
 /// The file name of the resolved toolset inside [`TOOLSET_DIR`].
@@ -45,44 +39,6 @@ pub const SANDBOX_CONTAINER: &str = "sandbox";
 pub const INSTALL_CONTAINER: &str = "install-runner";
 /// The non-root identity sandbox processes run as.
 pub const SANDBOX_UID: i64 = 65532;
-
-/// What the operator's deployment decides about every sandbox pod.
-#[derive(Debug, Clone)]
-pub struct PodConfig {
-    /// Image holding the static runner at [`IMAGE_BIN`].
-    pub runner_image: String,
-    /// Pull policy for both images (IfNotPresent unless told otherwise).
-    pub image_pull_policy: String,
-    /// The sandbox container's resources when the session sets none, so
-    /// that no sandbox runs unbounded on the node.
-    pub default_resources: Option<ResourceRequirements>,
-    /// The emptyDir workspace's size limit when the session sets none.
-    pub default_workspace_limit: Option<Quantity>,
-    /// What sandboxes may reach over the network.
-    pub egress: EgressPolicy,
-    /// Mount the sandbox's root filesystem read-only (the workspace, `/tmp`
-    /// and the runner's own directories stay writable volumes).
-    pub read_only_root: bool,
-}
-
-/// Metadata of an object the session owns (labels, controller reference).
-pub fn owned_meta(session: &AgentSession, name: String) -> ObjectMeta {
-    meta(session, name)
-}
-
-fn owner(session: &AgentSession) -> Option<OwnerReference> {
-    session.controller_owner_ref(&())
-}
-
-fn meta(session: &AgentSession, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: session.metadata.namespace.clone(),
-        labels: Some(Names::of(session).labels()),
-        owner_references: owner(session).map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
-}
 
 /// The ConfigMap holding the runner's resolved toolset. Mounted rather than
 /// baked into the pod spec, so that a policy change reaches the running
@@ -99,7 +55,7 @@ pub fn toolset_configmap_named(
     name: String,
 ) -> ConfigMap {
     ConfigMap {
-        metadata: meta(session, name),
+        metadata: owned_meta(session, name),
         data: Some(BTreeMap::from([(
             TOOLSET_FILE.to_owned(),
             serde_json::to_string_pretty(resolved).unwrap_or_default(),
@@ -117,7 +73,7 @@ pub fn workspace_claim(session: &AgentSession) -> Option<PersistentVolumeClaim> 
         .volume_claim_template
         .as_ref()?;
     Some(PersistentVolumeClaim {
-        metadata: meta(session, Names::of(session).claim),
+        metadata: owned_meta(session, Names::of(session).claim),
         spec: Some(template.spec.clone()),
         ..PersistentVolumeClaim::default()
     })
@@ -221,7 +177,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
     };
 
     let hash = spec_hash(&pod_spec);
-    let mut metadata = meta(session, names.pod);
+    let mut metadata = owned_meta(session, names.pod);
     let built = BuiltWith {
         runner_image: cfg.runner_image.clone(),
         default_resources: cfg.default_resources.clone(),

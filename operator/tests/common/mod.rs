@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use k8s_openapi::jiff::Timestamp;
-use operator::session::pod::PodConfig;
+use operator::sandbox::PodConfig;
 
 /// The pod settings of the test cluster's operator, with no defaults.
 pub fn cfg() -> PodConfig {
@@ -14,7 +14,7 @@ pub fn cfg() -> PodConfig {
         image_pull_policy: "IfNotPresent".into(),
         default_resources: None,
         default_workspace_limit: None,
-        egress: operator::session::egress::EgressPolicy::default(),
+        egress: operator::sandbox::EgressPolicy::default(),
         read_only_root: false,
     }
 }

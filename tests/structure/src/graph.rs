@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use crate::{Crate, ModPath};
 
 /// Every import circle among `krate`'s files, each as its files in order
-/// with one import that closes it (`a.rs -> b.rs (line 12) -> a.rs`).
+/// files and one loop through them with the line of each import
+/// (`{a.rs, b.rs}, e.g. a.rs (line 3) -> b.rs (line 12) -> a.rs`).
 ///
 /// A circle is a strongly connected set of more than one file (Tarjan's
 /// algorithm, iterative so a deep crate cannot overflow the stack); each
@@ -135,7 +136,8 @@ fn show_loop(
     }
     chain.reverse();
     // chain: (file, line of its import of the next file)
-    let mut text = String::new();
+    let members: Vec<String> = scc.iter().map(|&i| krate.path_of(nodes[i])).collect();
+    let mut text = format!("{{{}}}, e.g. ", members.join(", "));
     for (file, line) in &chain {
         text.push_str(&format!(
             "{} (line {line}) -> ",

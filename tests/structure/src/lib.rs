@@ -89,19 +89,30 @@ impl Crate {
             .filter_map(|rel| module_path(&rel).map(|m| (m, rel)))
             .collect();
         let known: BTreeSet<ModPath> = modules.keys().cloned().collect();
-        let mut files = BTreeMap::new();
-        for (module, rel) in modules {
-            let full = src.join(&rel);
+        let mut parsed = BTreeMap::new();
+        for (module, rel) in &modules {
+            let full = src.join(rel);
             let text = std::fs::read_to_string(&full).map_err(|source| Error::Io {
                 path: full.clone(),
                 source,
             })?;
-            let parsed = syn::parse_file(&text).map_err(|e| Error::Parse {
+            let file = syn::parse_file(&text).map_err(|e| Error::Parse {
                 path: full.clone(),
                 message: e.to_string(),
                 line: e.span().start().line,
             })?;
-            let (imports, functions) = visit::read(&parsed, &module, &known);
+            parsed.insert(module.clone(), file);
+        }
+        // A path through a re-export (`crate::Error` for `crate::error::
+        // Error`) depends on the module the name comes from, not on the one
+        // re-exporting it.
+        let reexports: visit::Reexports = parsed
+            .iter()
+            .map(|(m, f)| (m.clone(), visit::reexports(f, m, &known)))
+            .collect();
+        let mut files = BTreeMap::new();
+        for (module, rel) in modules {
+            let (imports, functions) = visit::read(&parsed[&module], &module, &known, &reexports);
             files.insert(
                 module,
                 File {

@@ -1,21 +1,27 @@
 //! One file's imports of its own crate and its functions' lengths.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{TokenStream, TokenTree};
 use syn::visit::Visit;
 
 use crate::{Function, Import, ModPath};
 
+/// What each module re-exports with `pub use`: the name it exports and
+/// the file module that name comes from. `"*"` stands for a glob.
+pub type Reexports = BTreeMap<ModPath, BTreeMap<String, ModPath>>;
+
 /// Reads `file`, the module at `module`, against the crate's `known` file
-/// modules.
+/// modules and what they re-export.
 pub fn read(
     file: &syn::File,
     module: &ModPath,
     known: &BTreeSet<ModPath>,
+    reexports: &Reexports,
 ) -> (Vec<Import>, Vec<Function>) {
     let mut v = Reader {
         known,
+        reexports,
         current: module.clone(),
         imports: BTreeSet::new(),
         functions: Vec::new(),
@@ -25,8 +31,60 @@ pub fn read(
     (v.imports.into_iter().collect(), v.functions)
 }
 
+/// The names `file` (the module at `module`) re-exports with a `pub use`
+/// at its top level, and the file module each comes from.
+pub fn reexports(
+    file: &syn::File,
+    module: &ModPath,
+    known: &BTreeSet<ModPath>,
+) -> BTreeMap<String, ModPath> {
+    let empty = Reexports::new();
+    let v = Reader {
+        known,
+        reexports: &empty,
+        current: module.clone(),
+        imports: BTreeSet::new(),
+        functions: Vec::new(),
+        impl_of: Vec::new(),
+    };
+    let mut out = BTreeMap::new();
+    for item in &file.items {
+        let syn::Item::Use(u) = item else { continue };
+        if matches!(u.vis, syn::Visibility::Inherited) {
+            continue;
+        }
+        let mut paths = Vec::new();
+        use_paths(&u.tree, &mut Vec::new(), &mut paths);
+        let mut names = Vec::new();
+        exported_names(&u.tree, &mut names);
+        for (path, name) in paths.iter().zip(names) {
+            if let Some(target) = v.resolve(path) {
+                out.insert(name, target);
+            }
+        }
+    }
+    out
+}
+
+/// The name each path of a `use` tree is exported under, in the order
+/// [`use_paths`] gives the paths (`"*"` for a glob).
+fn exported_names(tree: &syn::UseTree, out: &mut Vec<String>) {
+    match tree {
+        syn::UseTree::Path(p) => exported_names(&p.tree, out),
+        syn::UseTree::Name(n) => out.push(n.ident.to_string()),
+        syn::UseTree::Rename(r) => out.push(r.rename.to_string()),
+        syn::UseTree::Glob(_) => out.push("*".to_owned()),
+        syn::UseTree::Group(g) => g.items.iter().for_each(|i| exported_names(i, out)),
+    }
+}
+
+/// Re-exports followed at most this many times (a re-export of a
+/// re-export), so that a circle of them cannot loop.
+const MAX_HOPS: usize = 4;
+
 struct Reader<'a> {
     known: &'a BTreeSet<ModPath>,
+    reexports: &'a Reexports,
     /// The module the visitor is in: the file's, plus inline `mod x {}`s.
     current: ModPath,
     imports: BTreeSet<Import>,
@@ -39,9 +97,15 @@ impl Reader<'_> {
     /// Records the path `segments`, written at `line`, if it names a file
     /// module of this crate.
     fn path(&mut self, segments: &[String], line: usize) {
-        let Some(first) = segments.first() else {
-            return;
-        };
+        if let Some(target) = self.resolve(segments) {
+            self.imports.insert(Import { target, line });
+        }
+    }
+
+    /// The file module `segments` names, through the re-exports of the
+    /// modules on its way; `None` when it is not a path into this crate.
+    fn resolve(&self, segments: &[String]) -> Option<ModPath> {
+        let first = segments.first()?;
         let absolute: ModPath = match first.as_str() {
             "crate" => segments[1..].to_vec(),
             "self" | "super" => {
@@ -65,19 +129,42 @@ impl Reader<'_> {
                 let mut child = self.current.clone();
                 child.push(first.clone());
                 if !self.known.contains(&child) {
-                    return;
+                    return None;
                 }
                 let mut all = self.current.clone();
                 all.extend(segments.iter().cloned());
                 all
             }
         };
-        // The deepest file module the path names.
-        let mut target = absolute;
+        Some(self.deepest(absolute, 0))
+    }
+
+    /// The deepest file module `absolute` names; when the rest of the path
+    /// is a name that module re-exports, the module it comes from.
+    fn deepest(&self, absolute: ModPath, hops: usize) -> ModPath {
+        let mut target = absolute.clone();
         while !target.is_empty() && !self.known.contains(&target) {
             target.pop();
         }
-        self.imports.insert(Import { target, line });
+        let (Some(next), Some(exports)) = (absolute.get(target.len()), self.reexports.get(&target))
+        else {
+            return target;
+        };
+        let from = exports.get(next).or_else(|| {
+            let mut globs = exports.iter().filter(|(k, _)| k.as_str() == "*");
+            match (globs.next(), globs.next()) {
+                (Some((_, only)), None) => Some(only),
+                _ => None,
+            }
+        });
+        match from {
+            Some(module) if hops < MAX_HOPS && module != &target => {
+                let mut rest = module.clone();
+                rest.extend(absolute[target.len() + 1..].iter().cloned());
+                self.deepest(rest, hops + 1)
+            }
+            _ => target,
+        }
     }
 
     /// Records a function's length from its first doc comment or
@@ -211,6 +298,10 @@ impl<'ast> Visit<'ast> for Reader<'_> {
         }
         syn::visit::visit_path(self, path);
     }
+
+    /// `pub(crate)` and `pub(in crate::a)` say who may see an item, not
+    /// what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
 
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         self.tokens(mac.tokens.clone());

@@ -29,7 +29,7 @@ fn a_two_file_circle_is_found_with_its_lines() {
     let found = cycles(&read(t.path()));
     assert_eq!(
         found,
-        vec!["a.rs (line 1) -> b.rs (line 3) -> a.rs".to_owned()]
+        vec!["{a.rs, b.rs}, e.g. a.rs (line 1) -> b.rs (line 3) -> a.rs".to_owned()]
     );
 }
 
@@ -58,12 +58,19 @@ fn a_circle_through_super_and_a_macro_is_found() {
 #[test]
 fn a_one_way_tree_has_no_circle() {
     let t = tree(&[
-        ("lib.rs", "pub mod a;\npub mod b;\npub use a::A;\n"),
+        (
+            "lib.rs",
+            "pub mod a;\npub mod b;\npub mod error;\npub use a::A;\npub use error::Error;\nmod f { pub fn h() { crate::b::g(); } }\n",
+        ),
         (
             "a.rs",
             "use crate::b::B;\npub struct A(B);\n#[cfg(test)]\nmod tests { use super::*; }\n",
         ),
-        ("b.rs", "pub struct B;\n"),
+        (
+            "b.rs",
+            "pub struct B;\npub(crate) fn g() -> crate::Error { todo!() }\n",
+        ),
+        ("error.rs", "pub struct Error;\n"),
         ("main.rs", "use crate::nothing; fn main() {}\n"),
     ]);
     assert_eq!(cycles(&read(t.path())), Vec::<String>::new());
