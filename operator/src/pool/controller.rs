@@ -62,14 +62,37 @@ pub async fn reconcile(pool: Arc<AgentWarmPool>, ctx: Arc<Context>) -> Result<Ac
             suffix(&uid, counter)
         },
     );
+    carry_out(&ctx, &ns, &pool, &listed.items, &plan).await?;
+    let body = serde_json::json!({
+        "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
+        "kind": "AgentWarmPool",
+        "status": plan.status,
+    });
+    let pools: Api<AgentWarmPool> = Api::namespaced(ctx.client.clone(), &ns);
+    pools
+        .patch_status(&name, &apply_params(), &Patch::Apply(&body))
+        .await?;
+    Ok(Action::requeue(plan.requeue))
+}
+
+/// Applies the pool's NetworkPolicy, then deletes and creates its pods as
+/// `plan` says, and warns once when the policy refuses its template.
+async fn carry_out(
+    ctx: &Context,
+    ns: &str,
+    pool: &AgentWarmPool,
+    listed: &[Pod],
+    plan: &pool::PoolPlan,
+) -> Result<()> {
+    let name = pool.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     if let Some(np) = &plan.network_policy {
-        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
         nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
             .await?;
     }
     for (pod_name, pod_uid, why) in &plan.delete {
         let rv = listed
-            .items
             .iter()
             .find(|p| p.metadata.uid == *pod_uid)
             .and_then(|p| p.metadata.resource_version.clone());
@@ -104,16 +127,7 @@ pub async fn reconcile(pool: Arc<AgentWarmPool>, ctx: Arc<Context>) -> Result<Ac
             ctx.publish_on(&pool.object_ref(&()), &note).await;
         }
     }
-    let body = serde_json::json!({
-        "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
-        "kind": "AgentWarmPool",
-        "status": plan.status,
-    });
-    let pools: Api<AgentWarmPool> = Api::namespaced(ctx.client.clone(), &ns);
-    pools
-        .patch_status(&name, &apply_params(), &Patch::Apply(&body))
-        .await?;
-    Ok(Action::requeue(plan.requeue))
+    Ok(())
 }
 
 /// A pod-name suffix unique to this pool and moment: 8 hex characters of a

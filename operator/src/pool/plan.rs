@@ -47,7 +47,7 @@ pub struct PoolPlan {
     /// Pods to create.
     pub create: Vec<Pod>,
     /// Pods to delete: (name, UID precondition, why).
-    pub delete: Vec<(String, Option<String>, &'static str)>,
+    pub delete: Vec<Deletion>,
     pub status: AgentWarmPoolStatus,
     pub requeue: Duration,
     /// A Warning event to publish when the policy refuses the template.
@@ -64,13 +64,56 @@ pub fn plan(
     now: Timestamp,
     mut suffix: impl FnMut() -> String,
 ) -> PoolPlan {
-    let name = pool.name_any();
     let uid = pool.metadata.uid.as_deref();
     let ours = pods.iter().filter(|p| controlled_by(&p.metadata, uid));
+    let denied = policy_denial(pool, session_policy);
+    let want = if denied.is_some() {
+        0
+    } else {
+        usize::try_from(pool.spec.replicas.clamp(0, crds::pool::MAX_POOL_REPLICAS)).unwrap_or(0)
+    };
     let hash = claim::template_hash(&pool.spec.template);
+    let (live, delete) = keep_or_delete(ours, &hash, want);
+    let missing = want.saturating_sub(live.len());
+    let starting = live.iter().filter(|p| !claim::pod_ready(p)).count();
+    let room = MAX_STARTING.saturating_sub(starting);
+    let create: Vec<Pod> = (0..missing.min(MAX_CREATES_PER_RECONCILE).min(room))
+        .map(|_| pool_pod(pool, &suffix(), cfg))
+        .collect();
+    let ready = live.iter().filter(|p| claim::pod_ready(p)).count();
+    let previous = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let specs = conditions(denied.as_deref(), ready, want);
+    let status = AgentWarmPoolStatus {
+        replicas: i32::try_from(live.len()).unwrap_or(i32::MAX),
+        ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
+        selector: names::pool_selector(&pool.name_any()),
+        observed_generation: pool.metadata.generation,
+        conditions: status::conditions(&specs, previous, pool.metadata.generation, now),
+    };
+    PoolPlan {
+        network_policy: egress::pool_network_policy(pool, &cfg.egress),
+        requeue: if ready >= want && delete.is_empty() {
+            STEADY
+        } else {
+            WARMING
+        },
+        create,
+        delete,
+        status,
+        denied,
+    }
+}
+
+/// Why the platform's session policy refuses the pool's template, each
+/// finding under its `spec.template` path; `None` when it allows it.
+fn policy_denial(pool: &AgentWarmPool, session_policy: &SessionPolicy) -> Option<String> {
     let spec = claim::template_spec(&pool.spec.template);
     let findings = policy::check(&spec, session_policy);
-    let denied = (!findings.is_empty()).then(|| {
+    (!findings.is_empty()).then(|| {
         findings
             .iter()
             .map(|f| {
@@ -82,13 +125,19 @@ pub fn plan(
             })
             .collect::<Vec<_>>()
             .join("; ")
-    });
-    let want = if denied.is_some() {
-        0
-    } else {
-        usize::try_from(pool.spec.replicas.clamp(0, crds::pool::MAX_POOL_REPLICAS)).unwrap_or(0)
-    };
+    })
+}
 
+/// Pod deletion as a pool decides it: (name, UID precondition, why).
+pub type Deletion = (String, Option<String>, &'static str);
+
+/// Splits the pool's pods into the live ones it keeps and the ones to
+/// delete: ended, built from another template, or above `want`.
+fn keep_or_delete<'p>(
+    ours: impl Iterator<Item = &'p Pod>,
+    hash: &str,
+    want: usize,
+) -> (Vec<&'p Pod>, Vec<Deletion>) {
     let mut delete = Vec::new();
     let mut live: Vec<&Pod> = Vec::new();
     for p in ours {
@@ -98,7 +147,12 @@ pub fn plan(
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         if matches!(phase, Some("Succeeded" | "Failed")) {
             delete.push((p.name_any(), p.metadata.uid.clone(), "ended"));
-        } else if p.annotations().get(names::TEMPLATE_HASH_ANNOTATION) != Some(&hash) {
+        } else if p
+            .annotations()
+            .get(names::TEMPLATE_HASH_ANNOTATION)
+            .map(String::as_str)
+            != Some(hash)
+        {
             delete.push((p.name_any(), p.metadata.uid.clone(), "outdated"));
         } else {
             live.push(p);
@@ -117,20 +171,12 @@ pub fn plan(
             delete.push((p.name_any(), p.metadata.uid.clone(), "surplus"));
         }
     }
-    let missing = want.saturating_sub(live.len());
-    let starting = live.iter().filter(|p| !claim::pod_ready(p)).count();
-    let room = MAX_STARTING.saturating_sub(starting);
-    let create: Vec<Pod> = (0..missing.min(MAX_CREATES_PER_RECONCILE).min(room))
-        .map(|_| pool_pod(pool, &suffix(), cfg))
-        .collect();
-    let ready = live.iter().filter(|p| claim::pod_ready(p)).count();
+    (live, delete)
+}
 
-    let previous = pool
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let mut specs = vec![match &denied {
+/// The pool's `PolicyAllowed` and `Ready` conditions.
+fn conditions(denied: Option<&str>, ready: usize, want: usize) -> Vec<CondSpec> {
+    let allowed = match denied {
         Some(why) => CondSpec {
             type_: "PolicyAllowed",
             status: false,
@@ -143,13 +189,14 @@ pub fn plan(
             reason: "Allowed".into(),
             message: "the template is within the platform's session policy".into(),
         },
-    }];
-    specs.push(if ready >= want && denied.is_none() {
+    };
+    let message = format!("{ready} of {want} pods are ready to be claimed");
+    let ready = if ready >= want && denied.is_none() {
         CondSpec {
             type_: "Ready",
             status: true,
             reason: "Warm".into(),
-            message: format!("{ready} of {want} pods are ready to be claimed"),
+            message,
         }
     } else {
         CondSpec {
@@ -160,26 +207,8 @@ pub fn plan(
             } else {
                 "Warming".into()
             },
-            message: format!("{ready} of {want} pods are ready to be claimed"),
+            message,
         }
-    });
-    let status = AgentWarmPoolStatus {
-        replicas: i32::try_from(live.len()).unwrap_or(i32::MAX),
-        ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
-        selector: names::pool_selector(&name),
-        observed_generation: pool.metadata.generation,
-        conditions: status::conditions(&specs, previous, pool.metadata.generation, now),
     };
-    PoolPlan {
-        network_policy: egress::pool_network_policy(pool, &cfg.egress),
-        requeue: if ready >= want && delete.is_empty() {
-            STEADY
-        } else {
-            WARMING
-        },
-        create,
-        delete,
-        status,
-        denied,
-    }
+    vec![allowed, ready]
 }

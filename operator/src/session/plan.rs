@@ -203,28 +203,16 @@ fn running(
         requeue = POD_GOING;
     }
     let previous = session.status.as_ref();
-    let mut status = status::build_status(
+    let status = running_status(
+        session,
+        observed,
         resolution,
         current.as_ref(),
         &pod_name,
-        previous,
-        session.metadata.generation,
         now,
     );
     if current.is_some() && status.phase != Some(crds::SessionPhase::Ready) {
         requeue = requeue.min(POD_NOT_READY);
-    }
-    if uses_suspension(session) {
-        running_condition(&mut status, previous, session.metadata.generation, now);
-    }
-    if let Some(spec) = warm_condition(session, observed, previous) {
-        push_condition(
-            &mut status,
-            spec,
-            previous,
-            session.metadata.generation,
-            now,
-        );
     }
     let runs = resolution.runner.as_ref();
     let configmap = runs.and_then(|r| match warm_pod {
@@ -232,14 +220,7 @@ fn running(
         None => Some(pod::toolset_configmap(session, r)),
     });
     if let (Some(p), Some(cm), PodAction::Keep) = (warm_pod, &configmap, &action) {
-        let bound = claim::data_hash(cm);
-        if p.annotations().get(BOUND_ANNOTATION) != Some(&bound) {
-            action = PodAction::Touch {
-                name: p.name_any(),
-                uid: p.metadata.uid.clone(),
-                bound,
-            };
-        }
+        action = touch_if_unbound(p, cm).unwrap_or(action);
     }
     let mut plan = Plan {
         delete_claim: None,
@@ -258,6 +239,40 @@ fn running(
     };
     plan.events = status_events(previous, &plan.status, &plan.warnings);
     plan
+}
+
+/// The status of a session whose pod should run: the resolution, the
+/// pod's view, and the `Suspended` and `WarmPool` conditions when the
+/// session uses them.
+fn running_status(
+    session: &AgentSession,
+    observed: &Observed,
+    resolution: &Resolution,
+    current: Option<&Pod>,
+    pod_name: &str,
+    now: Timestamp,
+) -> AgentSessionStatus {
+    let previous = session.status.as_ref();
+    let generation = session.metadata.generation;
+    let mut status = status::build_status(resolution, current, pod_name, previous, generation, now);
+    if uses_suspension(session) {
+        running_condition(&mut status, previous, generation, now);
+    }
+    if let Some(spec) = warm_condition(session, observed, previous) {
+        push_condition(&mut status, spec, previous, generation, now);
+    }
+    status
+}
+
+/// A claimed warm pod whose recorded binding is not the ConfigMap's data
+/// gets a nudge (see [`PodAction::Touch`]); `None` when it is current.
+fn touch_if_unbound(pod: &Pod, cm: &ConfigMap) -> Option<PodAction> {
+    let bound = claim::data_hash(cm);
+    (pod.annotations().get(BOUND_ANNOTATION) != Some(&bound)).then(|| PodAction::Touch {
+        name: pod.name_any(),
+        uid: pod.metadata.uid.clone(),
+        bound,
+    })
 }
 
 /// A plan that touches nothing: one of the session's names is taken by an
@@ -408,38 +423,13 @@ fn stopped_plan(
     );
     status.pod_name = None;
     status.endpoint = None;
-    let mut delete_claim = None;
-    let (phase, reason, message, suspended) = match stage {
-        Stopped::Suspended(reason) => (
-            crds::SessionPhase::Suspended,
-            "Suspended",
-            if reason == lifecycle::IDLE {
-                "suspended after idling; the workspace and bash's state are kept (kubectl agent wakes it with wakeOnCall)".to_owned()
-            } else {
-                "suspended (spec.suspended); the workspace and bash's state are kept".to_owned()
-            },
-            Some(reason),
-        ),
-        Stopped::Finished {
-            at,
-            delete_workspace,
-        } => {
-            if delete_workspace {
-                delete_claim = observed
-                    .claim
-                    .as_ref()
-                    .filter(|c| owned_by(c, session))
-                    .map(|c| (c.name.clone().unwrap_or_default(), c.uid.clone()));
-            }
-            let kept = if delete_workspace { "deleted" } else { "kept" };
-            (
-                crds::SessionPhase::Finished,
-                "Finished",
-                format!("the session's lifetime ended at {at}; its workspace is {kept}"),
-                None,
-            )
-        }
-    };
+    let StopView {
+        phase,
+        reason,
+        message,
+        suspended,
+        delete_claim,
+    } = stop_view(session, observed, stage);
     status.phase = Some(phase);
     if let Some(why) = suspended {
         let spec = CondSpec {
@@ -484,6 +474,50 @@ fn stopped_plan(
     plan.set_ready_false(previous, reason, &message, now);
     plan.events = status_events(previous, &plan.status, &plan.warnings);
     plan
+}
+
+/// What a stopped session's status says, and the claim a finished one
+/// that asked for it deletes.
+struct StopView {
+    phase: crds::SessionPhase,
+    reason: &'static str,
+    message: String,
+    /// The `Suspended` condition's reason, for a suspended session.
+    suspended: Option<&'static str>,
+    delete_claim: Option<(String, Option<String>)>,
+}
+
+fn stop_view(session: &AgentSession, observed: &Observed, stage: Stopped) -> StopView {
+    match stage {
+        Stopped::Suspended(reason) => StopView {
+            phase: crds::SessionPhase::Suspended,
+            reason: "Suspended",
+            message: if reason == lifecycle::IDLE {
+                "suspended after idling; the workspace and bash's state are kept (kubectl agent wakes it with wakeOnCall)".to_owned()
+            } else {
+                "suspended (spec.suspended); the workspace and bash's state are kept".to_owned()
+            },
+            suspended: Some(reason),
+            delete_claim: None,
+        },
+        Stopped::Finished {
+            at,
+            delete_workspace,
+        } => {
+            let kept = if delete_workspace { "deleted" } else { "kept" };
+            StopView {
+                phase: crds::SessionPhase::Finished,
+                reason: "Finished",
+                message: format!("the session's lifetime ended at {at}; its workspace is {kept}"),
+                suspended: None,
+                delete_claim: observed
+                    .claim
+                    .as_ref()
+                    .filter(|c| delete_workspace && owned_by(c, session))
+                    .map(|c| (c.name.clone().unwrap_or_default(), c.uid.clone())),
+            }
+        }
+    }
 }
 
 /// Why no pod runs.
