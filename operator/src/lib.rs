@@ -1,9 +1,13 @@
 //! The agentplane operator, as a library: the `agent-operator` binary is a
 //! thin command line over it, and the tests drive the same functions.
 //!
-//! Pure parts (spec rules, resolution, pod builder, status, admission
-//! decisions, the offline check) are separate from the parts that talk to
-//! the API server (controller, leader election, webhook server, MCP client).
+//! The code stands in four wings over a shared base (docs/architecture.md
+//! draws them): `session` and `pool` reconcile, `admission` is the
+//! webhook's door, `mcp` lists MCP servers. Imports run one way -- `pool`
+//! may use `session`, `session` may use `mcp`, nothing else crosses, and
+//! the base imports no wing -- which `tests/structure` checks. Pure parts
+//! (rules, resolution, plans, builders, status, admission decisions) are
+//! separate from the parts that talk to the API server.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
