@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-use crate::{Error, ToolResult};
+use runner_api::ToolResult;
+
+use crate::error::Error;
 
 /// How long a finished call's result stays attachable.
 pub const RETENTION: Duration = Duration::from_secs(10 * 60);

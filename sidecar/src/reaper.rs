@@ -155,7 +155,7 @@ impl Spawned {
     /// outgrows `limits.output`. Dropping the future before it resolves (the
     /// caller went away) ends the call too, so an abandoned call leaves
     /// nothing running.
-    pub async fn wait(self, limits: Limits) -> Result<Waited, crate::Error> {
+    pub async fn wait(self, limits: Limits) -> Result<Waited, crate::error::Error> {
         let Spawned {
             pid,
             mut exit,
@@ -174,7 +174,7 @@ impl Spawned {
         let reason = tokio::select! {
             res = &mut exit => {
                 guard.pid = None;
-                let exit = res.map_err(|_| crate::Error::SupervisorGone)?;
+                let exit = res.map_err(|_| crate::error::Error::SupervisorGone)?;
                 // A call that outran the cap between two checks and exited
                 // is still over it: the cap is on what a call writes, not
                 // on how fast it writes it.
@@ -201,7 +201,7 @@ impl Spawned {
                 exit,
                 report,
             }),
-            Err(_) => Err(crate::Error::SupervisorGone),
+            Err(_) => Err(crate::error::Error::SupervisorGone),
         }
     }
 }

@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::calls::{Phase, Record};
-use crate::proto::{Chunk, RunEvent, RunResponse, run_event};
+use runner_api::proto::{Chunk, RunEvent, RunResponse, run_event};
 
 /// Most bytes in one chunk event.
 pub const CHUNK_BYTES: usize = 32 << 10;

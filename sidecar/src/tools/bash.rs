@@ -1,7 +1,7 @@
 //! bash without a persistent shell.
 //!
 //! Each call is a fresh `/bin/bash` in its own process group (started ahead
-//! of the call, see [`super::shell`]) that first evaluates the session
+//! of the call, see [`crate::tools::shell`]) that first evaluates the session
 //! snapshot (exported environment, functions, cwd) and, on exit, writes the
 //! next one. The snapshot lives on disk, so the session's
 //! shell state survives a runner restart, and no long-lived shell can be
@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::shell::{self, Shell};
-use super::{Ctx, parse};
-use crate::Error;
 use crate::calls::Record;
+use crate::error::Error;
 use crate::output::{Body, Output};
 use crate::procs::MARKER_VAR;
 use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited, group_alive, kill_group};
+use crate::tools::ctx::Ctx;
+use crate::tools::input::parse;
+use crate::tools::shell::{self, Shell};
 
 #[derive(Deserialize)]
 struct Input {
@@ -215,7 +216,7 @@ async fn start_shell(ctx: &Ctx, payload: &[u8]) -> Result<Shell, Error> {
     };
     match started {
         Some(sh) => Ok(sh),
-        None => shell::spawn(ctx, Some(payload)),
+        None => shell::spawn(ctx.spawner(), Some(payload)),
     }
 }
 
@@ -289,7 +290,7 @@ fn park_next(ctx: &Ctx) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if slot.is_none() {
-        match shell::spawn(ctx, None) {
+        match shell::spawn(ctx.spawner(), None) {
             Ok(sh) => *slot = Some(sh),
             Err(e) => tracing::warn!(error = %e, "cannot start a shell ahead of the next call"),
         }

@@ -4,9 +4,11 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::links::{link_target, replaced_link_note};
 use toolset::MAX_FILE_BYTES;
 
 /// The largest file an edit may produce: sixteen times what it may read,

@@ -7,9 +7,10 @@ use globset::GlobBuilder;
 use serde::Deserialize;
 use walkdir::WalkDir;
 
-use super::{Ctx, parse, required};
 use crate::fsutil::{describe, lexical_clean};
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
 
 /// Most paths returned (the reference's limit).
 pub use toolset::GLOB_RESULT_LIMIT as RESULT_LIMIT;

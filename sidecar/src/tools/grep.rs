@@ -10,21 +10,16 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Ctx, look_path, parse, required};
-use crate::Error;
+use crate::error::Error;
 use crate::fsutil::describe;
 use crate::output::{Body, Output};
 use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited};
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::programs::GrepBinary;
 
 /// Most of grep's stderr quoted back in an error.
 const STDERR_LIMIT: usize = 4 << 10;
-
-/// The grep the sandbox has, probed once per runner.
-#[derive(Debug, Clone)]
-pub enum GrepBinary {
-    Found { path: PathBuf, pcre: bool },
-    Missing,
-}
 
 #[derive(Deserialize)]
 struct Input {
@@ -256,40 +251,4 @@ fn file_output(path: PathBuf) -> Output {
 
 fn timeout_ms(d: Duration) -> u128 {
     d.as_millis()
-}
-
-/// Finds grep on PATH and asks it once whether it has PCRE (`grep -P ''
-/// /dev/null` exits 1, "no match", when it does and 2 when it was built
-/// without). Runs at start-up, before the supervisor reaps children, so it
-/// waits for its own child; a grep that does not answer within the probe's
-/// bound is taken as having no PCRE.
-pub fn probe() -> GrepBinary {
-    let Some(path) = look_path("grep") else {
-        return GrepBinary::Missing;
-    };
-    let pcre = Command::new(&path)
-        .args(["-P", "", "/dev/null"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(|mut child| {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                match child.try_wait() {
-                    Ok(Some(status)) => return matches!(status.code(), Some(0 | 1)),
-                    Ok(None) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        return false;
-                    }
-                }
-            }
-        })
-        .unwrap_or(false);
-    tracing::info!(grep = %path.display(), pcre, "grep probed");
-    GrepBinary::Found { path, pcre }
 }

@@ -5,11 +5,12 @@ use std::io::{BufRead, BufReader, Read};
 
 use serde::Deserialize;
 
-use super::{Ctx, parse, required};
 use crate::fsutil::{
     BINARY_SNIFF_BYTES, OpenError, describe, looks_binary, open_regular, read_capped,
 };
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
 
 /// Most bytes one read returns, whole file or `view_range` selection (the
 /// reference's read cap).

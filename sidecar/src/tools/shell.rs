@@ -17,14 +17,16 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BASH, Ctx};
-use crate::Error;
+use crate::error::Error;
 use crate::procs::MARKER_VAR;
-use crate::reaper::Spawned;
+use crate::reaper::{Spawned, Supervisor};
+use crate::tools::callfiles::CallFiles;
+use crate::tools::programs::BASH;
 
 /// The program each call runs, with `$0` = /bin/bash so that the shell's
 /// own messages read as bash's, and the command evaluated on the script's
@@ -132,12 +134,23 @@ pub fn declare(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b"'\n");
 }
 
+/// What starting a shell needs of the runner: where it starts, where its
+/// files go, the runner instance its call marker names, and the supervisor
+/// that waits for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Spawner<'a> {
+    pub workdir: &'a Path,
+    pub files: &'a CallFiles,
+    pub instance: &'a str,
+    pub supervisor: &'a Arc<Supervisor>,
+}
+
 /// Starts a shell. With `payload`, it starts running at once; without, it
 /// parks until [`Shell::start`].
-pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
-    let out_path = ctx.call_file("shell", "out");
-    let err_path = ctx.call_file("shell", "err");
-    let next_snapshot = ctx.call_file("shell", "snap");
+pub fn spawn(ctx: Spawner<'_>, payload: Option<&[u8]>) -> Result<Shell, Error> {
+    let out_path = ctx.files.path("shell", "out");
+    let err_path = ctx.files.path("shell", "err");
+    let next_snapshot = ctx.files.path("shell", "snap");
     let remove = || {
         let _ = std::fs::remove_file(&out_path);
         let _ = std::fs::remove_file(&err_path);
@@ -177,12 +190,12 @@ pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
             return Err(Error::io("bash: cannot make the shell's input", e));
         }
     };
-    let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
+    let marker = format!("{}.{}", ctx.instance, ctx.files.next_seq());
     let mut cmd = Command::new(BASH);
     cmd.args(["--noprofile", "--norc", "-c", WRAPPER, BASH])
         .arg(&next_snapshot)
         .arg(if payload.is_some() { "run" } else { "park" })
-        .current_dir(&ctx.workdir)
+        .current_dir(ctx.workdir)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))

@@ -2,9 +2,11 @@
 
 use serde::Deserialize;
 
-use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{atomic_write, describe, special_kind};
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::links::{link_target, replaced_link_note};
 
 #[derive(Deserialize)]
 struct Input {
