@@ -44,10 +44,22 @@ use crate::tools::programs::BASH;
 /// model's business. stdin is /dev/null for the command. The save runs as an
 /// epilogue, and from the EXIT trap when the command calls `exit`; the call
 /// marker is never saved, so a later call's processes never carry it.
-pub const WRAPPER: &str = r#"__agent_next=$1; [[ $2 == park ]] && kill -STOP $$; set --; { IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd; } || exit 125; eval "$__agent_snap" 2>/dev/null; unset __agent_snap; exec 0</dev/null
-__agent_save() { export -n AGENTPLANE_CALL 2>/dev/null; { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null; }; trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
-eval "$__agent_cmd"$'\n\n'
-__agent_rc=$?; trap - EXIT; __agent_save; exit $__agent_rc
+///
+/// The working directory is the state's last line (`cd`), taken from where
+/// the shell really is: `$PWD` when it names that directory (so a path
+/// through a symbolic link keeps its name), the physical path when a
+/// command assigned `PWD` without moving. The shell starts in the workdir
+/// with `PWD` naming it, so a state without a `cd` (a session's first call,
+/// after `restart`) runs there, whatever the runner's own directory. When
+/// the saved directory cannot be entered any more (removed, or its mode
+/// changed), the command does not run somewhere the model did not choose:
+/// the call fails saying so and the shell is back in the workdir, where the
+/// next call runs. `builtin` keeps a model's function named `cd`, `printf`
+/// or `export` out of the state handling.
+pub const WRAPPER: &str = r#"__agent_next=$1 __agent_home=$PWD; [[ $2 == park ]] && kill -STOP $$; set --; { IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd; } || exit 125; eval "$__agent_snap" 2>/dev/null; builtin unset __agent_snap __agent_gone; [[ $PWD -ef . ]] || { __agent_gone=$PWD; builtin cd -- "$__agent_home"; }; builtin unset __agent_home; builtin exec 0</dev/null
+__agent_save() { builtin export -n AGENTPLANE_CALL 2>/dev/null; builtin local d=$PWD; [[ $d -ef . ]] || d=$(builtin pwd -P 2>/dev/null) || d=$PWD; { builtin export -p; builtin declare -f; builtin printf 'builtin cd -- %q 2>/dev/null\n' "$d"; [[ ${OLDPWD+x} ]] && builtin printf 'OLDPWD=%q\n' "$OLDPWD"; } >"$__agent_next" 2>/dev/null; }; builtin trap '__agent_rc=$?; __agent_save; builtin exit $__agent_rc' EXIT; [[ ${__agent_gone+x} ]] && { builtin printf '%s: the working directory %s cannot be entered any more (it was removed, or its permissions changed), so the command did not run; the shell is now in %s, where the next command runs\n' "$0" "$__agent_gone" "$PWD" >&2; builtin exit 1; }
+builtin eval "$__agent_cmd"$'\n\n'
+__agent_rc=$?; builtin trap - EXIT; __agent_save; builtin exit $__agent_rc
 "#;
 
 /// Environment variables a model-driven shell never inherits from the runner
@@ -111,10 +123,16 @@ pub fn is_identifier(name: &str) -> bool {
 }
 
 /// Whether a variable of this name reaches a model-driven shell: not the
-/// call marker (the runner sets it per call) and not a scrubbed name.
+/// call marker (the runner sets it per call), not `PWD` (the shell's own)
+/// and not a scrubbed name.
 pub fn passed_on(name: &str) -> bool {
-    name != MARKER_VAR && !SCRUBBED_PREFIXES.iter().any(|p| name.starts_with(p))
+    name != MARKER_VAR && name != OWN_NAME && !SCRUBBED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
+
+/// The variable a shell sets itself from where it starts: the runner's own
+/// `PWD` names the directory the runner was started from, and evaluated as
+/// state it would put every shell's `PWD` (and so its saved `cd`) there.
+const OWN_NAME: &str = "PWD";
 
 /// Appends `declare -x NAME='value'` (the value single-quoted, each `'`
 /// written as `'\''`), which the shell evaluates as its state. The caller
@@ -200,6 +218,7 @@ pub fn spawn(ctx: Spawner<'_>, payload: Option<&[u8]>) -> Result<Shell, Error> {
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .env_clear()
+        .env(OWN_NAME, ctx.workdir)
         .env(MARKER_VAR, &marker);
     let spawned = match ctx.supervisor.spawn(&mut cmd) {
         Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
@@ -303,6 +322,8 @@ mod tests {
         for line in s.lines() {
             assert!(line.starts_with("declare -x "), "{line}");
             assert!(!line.contains("ANTHROPIC_"), "{line}");
+            // The runner's own directory is not the shell's.
+            assert!(!line.starts_with("declare -x PWD="), "{line}");
         }
     }
 
@@ -322,6 +343,7 @@ mod tests {
         }
         assert!(!passed_on("ANTHROPIC_API_KEY"));
         assert!(!passed_on(MARKER_VAR));
+        assert!(!passed_on("PWD"));
         assert!(passed_on("HOME"));
     }
 }
