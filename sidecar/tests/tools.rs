@@ -534,6 +534,23 @@ async fn glob_matches_doublestar_newest_first() {
         s.ok("glob", json!({"pattern": abs})).await,
         s.path("src/deep/new.rs").display().to_string()
     );
+    // `**` matches zero segments too: `src/**` is `src` and all below it
+    // (newest first, the directory older than what was written into it last).
+    let out = s.ok("glob", json!({"pattern": "src/**"})).await;
+    let lines: Vec<&str> = out.lines().collect();
+    for p in [
+        "src",
+        "src/deep",
+        "src/deep/new.rs",
+        "src/mid.rs",
+        "src/notes.txt",
+    ] {
+        assert!(
+            lines.contains(&s.path(p).display().to_string().as_str()),
+            "src/** lacks {p}: {out}"
+        );
+    }
+    assert_eq!(lines.len(), 5, "{out}");
     assert_eq!(
         s.ok("glob", json!({"pattern": "*.none"})).await,
         "no matches"
