@@ -600,6 +600,87 @@ async fn grep_shells_out_to_gnu_grep() {
 }
 
 #[tokio::test]
+async fn grep_answers_in_path_order_and_searches_any_text() {
+    let s = Sidecar::start().await;
+    // More files than one grep process is given, created in reverse, with
+    // a directory whose name falls among them.
+    let mut want = Vec::new();
+    for i in (0..1500).rev() {
+        std::fs::create_dir_all(s.path("t/m")).unwrap();
+        std::fs::write(s.path(&format!("t/f{i:04}.txt")), format!("needle {i}\n")).unwrap();
+    }
+    std::fs::write(s.path("t/m/inner.txt"), "needle in m\n").unwrap();
+    // "f0000.txt" < ... < "f1499.txt" < "m" (its files where its name falls).
+    for i in 0..1500 {
+        want.push(format!(
+            "{}:1:needle {i}",
+            s.path(&format!("t/f{i:04}.txt")).display()
+        ));
+    }
+    want.push(format!(
+        "{}:1:needle in m",
+        s.path("t/m/inner.txt").display()
+    ));
+    let out = s
+        .ok("grep", json!({"pattern": "needle", "path": "t"}))
+        .await;
+    assert_eq!(out.lines().collect::<Vec<_>>(), want);
+
+    // Text is anything without a NUL in its first 8 KiB: Latin-1 included
+    // (its byte comes back as U+FFFD), a NUL further in too.
+    std::fs::create_dir_all(s.path("enc")).unwrap();
+    std::fs::write(s.path("enc/latin.txt"), b"caf\xe9 needle\n").unwrap();
+    std::fs::write(s.path("enc/utf.txt"), "café needle\n").unwrap();
+    std::fs::write(s.path("enc/early.bin"), b"needle\0\n").unwrap();
+    let mut late = vec![b'x'; 9000];
+    late.extend_from_slice(b"\nlate\0 needle\n");
+    std::fs::write(s.path("enc/late.txt"), late).unwrap();
+    let out = s
+        .ok("grep", json!({"pattern": "needle", "path": "enc"}))
+        .await;
+    assert_eq!(
+        out,
+        format!(
+            "{}:2:late needle\n{}:1:caf\u{fffd} needle\n{}:1:café needle\n",
+            s.path("enc/late.txt").display(),
+            s.path("enc/latin.txt").display(),
+            s.path("enc/utf.txt").display()
+        )
+    );
+    // A UTF-8 pattern keeps its meaning: one character, not its bytes.
+    let out = s
+        .ok("grep", json!({"pattern": "caf[é] ", "path": "enc"}))
+        .await;
+    assert_eq!(
+        out,
+        format!("{}:1:café needle\n", s.path("enc/utf.txt").display())
+    );
+    // A binary file named directly has nothing to search.
+    assert_eq!(
+        s.ok(
+            "grep",
+            json!({"pattern": "needle", "path": "enc/early.bin"})
+        )
+        .await,
+        "no matches"
+    );
+    // What grep cannot read is not waited on.
+    nix::unistd::mkfifo(&s.path("enc/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    assert_eq!(
+        s.err("grep", json!({"pattern": "x", "path": "enc/fifo"}))
+            .await,
+        "grep: enc/fifo is a FIFO (named pipe), not a file or directory to search"
+    );
+    // A bad pattern is an error even where nothing is searched.
+    std::fs::create_dir_all(s.path("empty")).unwrap();
+    assert!(
+        s.err("grep", json!({"pattern": "(unclosed", "path": "empty"}))
+            .await
+            .starts_with("grep: ")
+    );
+}
+
+#[tokio::test]
 async fn output_is_sanitized_capped_and_spilled() {
     let s = Sidecar::start().await;
     assert_eq!(

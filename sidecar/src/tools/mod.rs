@@ -18,6 +18,7 @@ pub mod links;
 pub mod programs;
 pub mod read;
 pub mod shell;
+pub mod sorted_walk;
 pub mod write;
 
 pub use ctx::{CallLimits, Ctx, DEFAULT_MAX_CALL_OUTPUT_BYTES};
