@@ -16,8 +16,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::calls::Record;
 use crate::error::Error;
 use crate::output::{Body, Output};
@@ -26,14 +24,6 @@ use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited, group_alive, kill_gr
 use crate::tools::ctx::Ctx;
 use crate::tools::input::parse;
 use crate::tools::shell::{self, Shell};
-
-#[derive(Deserialize)]
-struct Input {
-    command: Option<String>,
-    #[serde(default)]
-    restart: bool,
-    timeout_ms: Option<i64>,
-}
 
 /// A bash call as its input asks for it, checked before anything runs.
 struct Request {
@@ -45,21 +35,23 @@ struct Request {
 
 /// Every refusal, before `restart` acts, so bad input changes nothing.
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("bash", input)?;
-    let timeout = timeout(input.timeout_ms)?;
+    let input = parse("bash", input)?;
+    let command = input.string("command")?;
+    let restart = input.boolean("restart")?.unwrap_or(false);
+    let timeout = timeout(input.integer("timeout_ms", "a whole number of milliseconds")?)?;
     // Only an empty command is missing: "   " is a command (it does nothing).
-    let command = input.command.filter(|c| !c.is_empty());
+    let command = command.filter(|c| !c.is_empty());
     if command.as_deref().is_some_and(|c| c.contains('\0')) {
         return Err(Output::error(
             "bash: command contains a NUL byte, which a shell command cannot hold",
         ));
     }
-    if command.is_none() && !input.restart {
+    if command.is_none() && !restart {
         return Err(Output::error("bash: command is required"));
     }
     Ok(Request {
         command,
-        restart: input.restart,
+        restart,
         timeout,
     })
 }
@@ -86,7 +78,7 @@ pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Outpu
 
 /// `timeout_ms`: absent or 0 means the default; over the maximum is refused
 /// rather than silently shortened, so the model knows what it will get.
-fn timeout(ms: Option<i64>) -> Result<Duration, Output> {
+fn timeout(ms: Option<i128>) -> Result<Duration, Output> {
     let max_ms = toolset::MAX_TIMEOUT.as_millis();
     match ms {
         None | Some(0) => Ok(toolset::DEFAULT_TIMEOUT),

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use globset::GlobBuilder;
-use serde::Deserialize;
 use walkdir::WalkDir;
 
 use crate::fsutil::{describe, lexical_clean};
@@ -20,12 +19,6 @@ pub const WALK_LIMIT: usize = 50_000;
 /// worker for the length of a bash call. A walk cut short says so.
 pub const WALK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-#[derive(Deserialize)]
-struct Input {
-    pattern: Option<String>,
-    path: Option<String>,
-}
-
 /// A glob as its input asks for it, checked before anything is walked.
 struct Request {
     pattern: String,
@@ -33,12 +26,11 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("glob", input)?;
-    let pattern = required("glob", "pattern", &input.pattern)?.to_owned();
-    Ok(Request {
-        pattern,
-        path: input.path,
-    })
+    let input = parse("glob", input)?;
+    let pattern = input.string("pattern")?;
+    let path = input.string("path")?;
+    let pattern = required("glob", "pattern", &pattern)?.to_owned();
+    Ok(Request { pattern, path })
 }
 
 /// An absolute pattern's part below `/`.

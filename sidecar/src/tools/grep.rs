@@ -20,8 +20,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use crate::error::Error;
 use crate::fsutil::{BINARY_SNIFF_BYTES, describe, looks_binary, special_kind};
 use crate::output::{Body, Output};
@@ -49,12 +47,6 @@ const SKIPPED_DIRS: &[&str] = &[".git"];
 /// C locale, in which every byte is still searched.
 const LOCALE: &str = "C.UTF-8";
 
-#[derive(Deserialize)]
-struct Input {
-    pattern: Option<String>,
-    path: Option<String>,
-}
-
 /// A grep as its input asks for it, checked before anything runs.
 struct Request {
     pattern: String,
@@ -62,12 +54,11 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("grep", input)?;
-    let pattern = required("grep", "pattern", &input.pattern)?.to_owned();
-    Ok(Request {
-        pattern,
-        path: input.path,
-    })
+    let input = parse("grep", input)?;
+    let pattern = input.string("pattern")?;
+    let path = input.string("path")?;
+    let pattern = required("grep", "pattern", &pattern)?.to_owned();
+    Ok(Request { pattern, path })
 }
 
 /// [`request`]'s refusal, if any (for the fuzz targets).

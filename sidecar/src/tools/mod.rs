@@ -57,49 +57,101 @@ mod tests {
     }
 
     /// What the runner_input fuzz target's "every refusal names a path"
-    /// invariant requires. Before, serde's message for a field of the wrong
-    /// type named no field (`invalid bash input: invalid type: string "5",
-    /// expected i64 ...`), where the reference's decoder names it.
+    /// invariant requires, in the tool's terms: serde's messages named the
+    /// runner's Rust types (`invalid length 2, expected struct Input with
+    /// 3 elements`, `expected i64`), which say nothing to a model (issue 21).
     #[test]
     fn refusals_name_the_field_at_fault() {
-        assert_eq!(
-            refusal("bash", r#"{"command":"x","timeout_ms":"5"}"#),
-            "invalid bash input: timeout_ms: invalid type: string \"5\", expected i64 at line 1 column 31"
-        );
-        assert!(
-            refusal("read", r#"{"file_path":"a","view_range":[1.5,2]}"#)
-                .starts_with("invalid read input: view_range[0]: invalid type: floating point")
-        );
-        assert!(
-            refusal(
+        for (tool, input, want) in [
+            (
+                "bash",
+                r#"{"command":"x","timeout_ms":"5"}"#,
+                "bash: timeout_ms must be a whole number of milliseconds, not a string",
+            ),
+            (
+                "bash",
+                r#"{"command":5}"#,
+                "bash: command must be a string, not the number 5",
+            ),
+            (
+                "bash",
+                r#"{"command":"x","restart":"yes"}"#,
+                "bash: restart must be true or false, not a string",
+            ),
+            (
+                "bash",
+                r#"["x",1]"#,
+                "invalid bash input: must be a JSON object, not an array",
+            ),
+            (
+                "read",
+                r#"{"file_path":"a","view_range":[1.5,2]}"#,
+                "read: view_range must be [start_line, end_line]",
+            ),
+            (
+                "read",
+                r#"{"file_path":"a","view_range":"1-2"}"#,
+                "read: view_range must be [start_line, end_line]",
+            ),
+            (
+                "read",
+                r#"{"file_path":"a","view_range":[1]}"#,
+                "read: view_range must be [start_line, end_line]",
+            ),
+            (
                 "edit",
-                r#"{"file_path":"a","old_string":"x","new_string":"y","replace_all":"yes"}"#
-            )
-            .starts_with("invalid edit input: replace_all: invalid type")
-        );
-        // Not an object, or not JSON: only the tool's input as a whole.
-        assert!(refusal("bash", "null").starts_with("invalid bash input: invalid type: null"));
-        assert!(
-            refusal("bash", r#"{"command":"x"} x"#)
-                .starts_with("invalid bash input: trailing characters")
-        );
-        assert_eq!(
-            refusal("grep", " "),
-            "invalid grep input: unexpected end of JSON input"
-        );
-        // The checks after decoding.
-        assert_eq!(refusal("bash", "{}"), "bash: command is required");
+                r#"{"file_path":"a","old_string":"x","new_string":"y","replace_all":"yes"}"#,
+                "edit: replace_all must be true or false, not a string",
+            ),
+            (
+                "write",
+                r#"{"file_path":3,"content":"x"}"#,
+                "write: file_path must be a string, not the number 3",
+            ),
+            (
+                "glob",
+                r#"{"pattern":["*"]}"#,
+                "glob: pattern must be a string, not an array",
+            ),
+            (
+                "grep",
+                r#"{"pattern":"x","path":{}}"#,
+                "grep: path must be a string, not an object",
+            ),
+            // Not JSON: the reference's decoder's words.
+            (
+                "bash",
+                r#"{"command":"x"} x"#,
+                "invalid bash input: invalid character 'x' after top-level value",
+            ),
+            (
+                "grep",
+                " ",
+                "invalid grep input: unexpected end of JSON input",
+            ),
+            // The checks after decoding; null is nothing given.
+            ("bash", "{}", "bash: command is required"),
+            ("bash", "null", "bash: command is required"),
+            ("bash", r#"{"command":null}"#, "bash: command is required"),
+            (
+                "read",
+                r#"{"file_path":"a","file_path":"b"}"#,
+                "read: file_path is given more than once; give it once",
+            ),
+        ] {
+            assert_eq!(refusal(tool, input), want, "{tool} {input}");
+        }
         assert_eq!(check_input("bash", br#"{"restart":true}"#), Ok(()));
+        assert_eq!(
+            check_input("bash", br#"{"command":"x","other":[1,{"a":2}]}"#),
+            Ok(())
+        );
         assert!(
             refusal("glob", r#"{"pattern":"a["}"#).starts_with("glob: invalid pattern \"a[\": ")
         );
         assert!(
             refusal("write", r#"{"file_path":"d/","content":""}"#)
                 .starts_with("write d/: the path ends in")
-        );
-        assert_eq!(
-            refusal("read", r#"{"file_path":"a","view_range":[1]}"#),
-            "read: view_range must be [start_line, end_line]"
         );
     }
 }
