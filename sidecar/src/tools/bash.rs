@@ -203,7 +203,14 @@ async fn start_shell(ctx: &Ctx, payload: &[u8]) -> Result<Shell, Error> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     let started = match parked {
-        Some(p) => p.start(payload).await.map_err(Shell::discard).ok(),
+        Some(mut p) => {
+            if p.start(payload) {
+                Some(p)
+            } else {
+                p.discard();
+                None
+            }
+        }
         None => None,
     };
     match started {
