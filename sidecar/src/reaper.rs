@@ -184,6 +184,11 @@ impl Spawned {
         self
     }
 
+    /// The `AGENTPLANE_CALL=<token>` the call's processes carry, if any.
+    pub fn marker(&self) -> Option<&str> {
+        self.marker.as_deref()
+    }
+
     /// Waits for the child to exit, or ends the whole call (see
     /// [`crate::procs`]) when `limits.timeout` passes or the output file
     /// outgrows `limits.output`. Dropping the future before it resolves (the

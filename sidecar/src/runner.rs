@@ -391,7 +391,7 @@ impl Runner {
         let (content, is_error) = match name {
             "bash" | "grep" => {
                 let out = if name == "bash" {
-                    tools::bash::run(&self.inner.ctx, input, live).await?
+                    tools::bash::run(&self.inner.ctx, id, input, live).await?
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };

@@ -549,3 +549,43 @@ fn parked_shells(runner: i32) -> Vec<sidecar::procs::Proc> {
         })
         .collect()
 }
+
+/// A background job that writes without end after its call returned is
+/// held to the call's output cap like the call itself: ended past it, and
+/// the result that shows its output says so. Neither the disk nor the
+/// runner's memory follows the job.
+#[tokio::test]
+async fn a_background_job_writing_forever_is_ended_at_the_output_cap() {
+    let s = hostile(&["--max-call-output-bytes", "2000000"]).await;
+    let r = call(
+        &s,
+        "bash",
+        json!({"command": "(while [ ! -e go ]; do sleep 0.02; done; exec yes) & echo $! > yes.pid; echo started"}),
+    )
+    .await;
+    assert_eq!(r.content, "started\n");
+    let before = s.status_kib("VmHWM");
+    std::fs::write(s.path("go"), "").unwrap();
+    let job: i32 = std::fs::read_to_string(s.path("yes.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(|| !common::alive(job)).await,
+        "the job is still writing"
+    );
+    let r = call(&s, "bash", json!({"command": "echo own"})).await;
+    assert!(!r.is_error, "{}", r.content);
+    assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    assert!(
+        r.content.contains(
+            "its jobs were ended: together with the call they wrote more than 2000000 bytes"
+        ),
+        "{}",
+        &r.content[r.content.len().saturating_sub(600)..]
+    );
+    assert!(r.content.ends_with("own\n"));
+    assert!(s.status_kib("VmHWM") < before + 16 * 1024);
+    still_serving(&s).await;
+}

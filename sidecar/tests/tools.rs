@@ -189,6 +189,117 @@ async fn bash_background_job_does_not_hold_the_call_and_is_reaped() {
     );
 }
 
+/// A call with `id`, its result's content.
+async fn bash_as(s: &Sidecar, id: &str, command: &str) -> String {
+    let r = s
+        .try_call(id, "bash", json!({"command": command}))
+        .await
+        .expect("call was run");
+    assert!(!r.is_error, "{command}: {}", r.content);
+    r.content
+}
+
+/// Issue 21, item 1: what a background job prints after its call returned
+/// reaches the next bash result, framed with the call that started it,
+/// instead of going into a file nobody reads. The jobs wait for flag files
+/// the next call makes, so nothing here depends on timing.
+#[tokio::test]
+async fn bash_background_output_reaches_the_next_result() {
+    let s = Sidecar::start().await;
+    let (c1, c2, c3, c4, c5) = ("bg-one", "bg-two", "bg-three", "bg-four", "bg-five");
+    assert_eq!(
+        bash_as(
+            &s,
+            c1,
+            "(while [ ! -e go1 ]; do sleep 0.02; done; echo late; echo oops >&2; touch printed1) & echo now"
+        )
+        .await,
+        "now\n"
+    );
+    let out = bash_as(
+        &s,
+        c2,
+        "touch go1; while [ ! -e printed1 ]; do sleep 0.02; done; echo next",
+    )
+    .await;
+    let head = format!(
+        "[background output of call {c1}, written after that call returned]\nlate\noops\n[end of background output of call {c1}: its jobs "
+    );
+    assert!(out.starts_with(&head), "{out}");
+    assert!(out.ends_with("]\nnext\n"), "{out}");
+
+    // A job still running says so; its output is not repeated, and a call
+    // after which nothing was written shows nothing of it.
+    assert_eq!(
+        bash_as(
+            &s,
+            c3,
+            "(while [ ! -e go3 ]; do sleep 0.02; done; printf 'no newline'; touch printed3; exec sleep 300) & echo started"
+        )
+        .await,
+        "started\n"
+    );
+    let out = bash_as(
+        &s,
+        c4,
+        "touch go3; while [ ! -e printed3 ]; do sleep 0.02; done; echo fourth",
+    )
+    .await;
+    assert_eq!(
+        out,
+        format!(
+            "[background output of call {c3}, written after that call returned]\nno newline\n[end of background output of call {c3}: its jobs are still running]\nfourth\n"
+        )
+    );
+    assert_eq!(bash_as(&s, c5, "echo fifth").await, "fifth\n");
+    // restart ends the jobs, and with them what they would still write.
+    s.ok("bash", json!({"restart": true})).await;
+    assert_eq!(bash_as(&s, "bg-six", "echo sixth").await, "sixth\n");
+}
+
+/// Late output is bounded within the result: it gets a share of the output
+/// budget, so it never pushes the call's own output out of view, and its
+/// footer (whether the jobs still run) always shows; all of it is saved
+/// beside the call's spill file, named in the result.
+#[tokio::test]
+async fn bash_background_output_is_bounded_within_the_result() {
+    let s = Sidecar::start().await;
+    bash_as(
+        &s,
+        "bg-big",
+        "(while [ ! -e go ]; do sleep 0.02; done; head -c 300000 /dev/zero | tr '\\0' x; touch printed) & true",
+    )
+    .await;
+    let out = bash_as(
+        &s,
+        "bg-after",
+        "touch go; while [ ! -e printed ]; do sleep 0.02; done; echo own",
+    )
+    .await;
+    assert!(out.len() <= 40 << 10, "{} bytes", out.len());
+    let saved = s.spill.join("bg-after.background.txt");
+    let head = "[background output of call bg-big, written after that call returned]\nxxx";
+    assert!(out.starts_with(head), "{}", &out[..200]);
+    let tail = "x\n[... cut here]\n[end of background output of call bg-big: its jobs ";
+    assert!(out.contains(tail), "{}", &out[out.len() - 600..]);
+    // The saved size depends on the footer, which says whether the jobs
+    // had ended yet when the call finished.
+    let note = "]\n[background output is shown up to 32768 bytes per call; all of it (";
+    let named = format!(
+        " bytes) is saved in {p}; view it in slices, e.g. sed -n '1,200p' {p}]\nown\n",
+        p = saved.display()
+    );
+    assert!(
+        out.contains(note) && out.ends_with(&named),
+        "{}",
+        &out[out.len() - 600..]
+    );
+    let whole = std::fs::read_to_string(&saved).expect("saved");
+    assert_eq!(whole.matches('x').count(), 300_000);
+    assert!(whole.starts_with(head));
+    assert!(whole.contains("x\n[end of background output of call bg-big: its jobs "));
+}
+
 #[tokio::test]
 async fn bash_restart_ends_background_jobs() {
     let s = Sidecar::start().await;

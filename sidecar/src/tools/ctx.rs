@@ -13,6 +13,7 @@ use crate::output::Output;
 use crate::reaper::Supervisor;
 use crate::snapshot::Snapshot;
 use crate::tools::callfiles::CallFiles;
+use crate::tools::late::Late;
 use crate::tools::programs::GrepBinary;
 use crate::tools::shell::{self, Shell, Spawner};
 
@@ -42,6 +43,8 @@ pub struct Ctx {
     /// Temporary files of writes in flight, swept at start-up.
     pub journal: Journal,
     pub limits: CallLimits,
+    /// Calls whose background jobs outlived them, for their later output.
+    pub late: Arc<Late>,
     /// A shell started ahead of the next bash call (see [`shell`]).
     pub parked: Mutex<Option<Shell>>,
     /// What a session's first shell evaluates: the runner's environment,
@@ -107,6 +110,7 @@ impl Ctx {
             workdir,
             snapshot: Snapshot::open(state_dir.join("shell.snapshot")),
             files: CallFiles::new(calls_dir),
+            late: Late::new(Arc::clone(&supervisor), limits.max_output_bytes),
             supervisor,
             instance: instance_id(),
             bash_groups: Mutex::new(HashSet::new()),

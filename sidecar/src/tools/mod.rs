@@ -14,6 +14,7 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod input;
+pub mod late;
 pub mod links;
 pub mod programs;
 pub mod read;
