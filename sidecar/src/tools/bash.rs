@@ -9,7 +9,9 @@
 //!
 //! Output goes to a per-call file, not a pipe: a background job (`server &`)
 //! inherits the file, not a pipe the runner would wait to close, so the call
-//! ends when the shell does. A timeout SIGKILLs the whole process group.
+//! ends when the shell does; what the job writes after that reaches a later
+//! result (see [`crate::tools::late`]). A timeout SIGKILLs the whole
+//! process group.
 
 use std::fs;
 use std::path::Path;

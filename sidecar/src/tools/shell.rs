@@ -216,16 +216,26 @@ pub fn spawn(ctx: Spawner<'_>, payload: Option<&[u8]>) -> Result<Shell, Error> {
     };
     // A parked shell's pipe: both ends close-on-exec, the read end handed to
     // the shell alone by the supervisor (see `Supervisor::spawn_with`).
+    // The read end is kept above 2, where the shell's own stdin, stdout and
+    // stderr go in the child and would replace it. (Rust's start-up reopens
+    // a closed standard descriptor on /dev/null, so pipe2 should never give
+    // one back; the pipe must not depend on that.)
+    let made = || -> std::io::Result<_> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let read = if read.as_raw_fd() < 3 {
+            read.try_clone()?
+        } else {
+            read
+        };
+        Ok((read, write))
+    };
     let pipe = match payload {
         Some(_) => None,
-        None => match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        None => match made() {
             Ok(p) => Some(p),
             Err(e) => {
                 remove();
-                return Err(Error::io(
-                    "bash: cannot make a parked shell's pipe",
-                    e.into(),
-                ));
+                return Err(Error::io("bash: cannot make a parked shell's pipe", e));
             }
         },
     };
