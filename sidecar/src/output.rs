@@ -666,7 +666,7 @@ mod tests {
     fn parts_read_in_order_within_one_limit() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        fs::write(&p, b"0123\0456789").unwrap();
+        fs::write(&p, b"0123\x00456789").unwrap();
         let file = Arc::new(File::open(&p).unwrap());
         let parts = vec![
             Part::Text("a\0b".into()),
