@@ -280,3 +280,66 @@ fn remove(f: &Followed) {
     let _ = std::fs::remove_file(&f.out);
     let _ = std::fs::remove_file(&f.err);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(parts: &[Part]) -> Vec<String> {
+        parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// One call more than the bound drops the oldest, and the next result
+    /// names it; what the others wrote is still delivered, once.
+    #[tokio::test]
+    async fn the_oldest_call_is_dropped_past_the_bound_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let late = Late::new(Supervisor::start().unwrap(), 1 << 30);
+        // A process group that does not exist: every call's jobs are gone,
+        // so each is let go once its output was delivered.
+        let gone = i32::MAX - 7;
+        for i in 0..=MAX_FOLLOWED {
+            let (out, err) = (
+                dir.path().join(format!("{i}.out")),
+                dir.path().join(format!("{i}.err")),
+            );
+            std::fs::write(&out, "before").unwrap();
+            std::fs::write(&err, "").unwrap();
+            late.follow(&format!("c{i}"), gone, None, (out.clone(), 6), (err, 0));
+            std::fs::write(&out, format!("before after {i}\n")).unwrap();
+        }
+        let parts = late.collect();
+        let t = texts(&parts);
+        assert!(
+            t[0].starts_with(
+                "[call c0's background jobs are no longer followed (at most 256 calls' are)"
+            ),
+            "{t:?}"
+        );
+        let framed = parts
+            .iter()
+            .filter(|p| matches!(p, Part::Framed { .. }))
+            .count();
+        assert_eq!(framed, MAX_FOLLOWED);
+        let Some(Part::Framed { header, footer, .. }) = parts.get(1) else {
+            panic!("{parts:?}");
+        };
+        assert_eq!(
+            header,
+            "[background output of call c1, written after that call returned]\n"
+        );
+        assert_eq!(
+            footer,
+            "[end of background output of call c1: its jobs have ended]\n"
+        );
+        // Delivered and let go: nothing the next time, and the files are gone.
+        assert!(late.collect().is_empty());
+        assert!(!dir.path().join("1.out").exists());
+    }
+}
