@@ -5,7 +5,7 @@
 #      socket, operator pure parts, the operator's MCP client against a real
 #      MCP server), a one-minute run of each fuzz target (needs the nightly
 #      toolchain; cargo-fuzz is installed on first use), then the conformance suite (the runner against the Go
-#      reference implementation, 303 call sequences)
+#      reference implementation, 333 call sequences)
 #   3. the cluster harness smoke tests (real etcd, kube-apiserver, kubelet,
 #      containerd) -- they bring a cluster up and down themselves
 #   4. end to end on a fresh cluster: the operator and webhook against the

@@ -60,8 +60,8 @@ pub enum Pending {
 pub fn read(paths: &AwaitBinding) -> Result<Found, Pending> {
     let binding_bytes = read_file(&paths.binding, MAX_BINDING_BYTES)?;
     let binding = parse(&paths.binding, &binding_bytes)?;
-    let toolset_bytes = read_file(&paths.toolset, crate::cli::MAX_TOOLSET_BYTES)?;
-    let toolset = crate::cli::parse_toolset(&paths.toolset, &toolset_bytes)
+    let toolset_bytes = read_file(&paths.toolset, crate::toolset_file::MAX_TOOLSET_BYTES)?;
+    let toolset = crate::toolset_file::parse_toolset(&paths.toolset, &toolset_bytes)
         .map_err(|e| Pending::Unusable(e.to_string()))?;
     Ok(Found {
         binding,
@@ -188,7 +188,7 @@ impl Gate {
                     tracing::warn!(
                         binding = %self.paths.binding.display(),
                         max_binding_bytes = MAX_BINDING_BYTES,
-                        max_toolset_bytes = crate::cli::MAX_TOOLSET_BYTES,
+                        max_toolset_bytes = crate::toolset_file::MAX_TOOLSET_BYTES,
                         "cannot bind this warm sandbox to its session, staying unbound: {why}"
                     );
                     *last = Some(why);

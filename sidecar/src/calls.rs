@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
-use crate::{Error, ToolResult};
+use runner_api::ToolResult;
+
+use crate::error::Error;
 
 /// How long a finished call's result stays attachable.
 pub const RETENTION: Duration = Duration::from_secs(10 * 60);
@@ -27,7 +29,14 @@ pub enum Phase {
     /// Accepted, its process not started yet (or a tool without output files).
     Pending,
     /// Its stdout and stderr are being written to these files.
-    Running { stdout: PathBuf, stderr: PathBuf },
+    Running {
+        stdout: PathBuf,
+        stderr: PathBuf,
+        /// Set once the command is done: how much of each file is its
+        /// output. What comes after is its background jobs', which a later
+        /// bash result shows, so a follower stops there.
+        ends: Option<[u64; 2]>,
+    },
     /// Ended: the result `Run` would have returned, or the status.
     Done(Result<ToolResult, tonic::Status>),
 }
@@ -54,7 +63,20 @@ impl Record {
 
     /// The call's output files exist and are being written.
     pub fn running(&self, stdout: PathBuf, stderr: PathBuf) {
-        self.phase.send_replace(Phase::Running { stdout, stderr });
+        self.phase.send_replace(Phase::Running {
+            stdout,
+            stderr,
+            ends: None,
+        });
+    }
+
+    /// The command is done; its output is the files' first `ends` bytes.
+    pub fn output_ends(&self, ends: [u64; 2]) {
+        self.phase.send_modify(|p| {
+            if let Phase::Running { ends: e, .. } = p {
+                *e = Some(ends);
+            }
+        });
     }
 
     /// The call ended.

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use runner_api::Target;
 
-use crate::Error;
+use crate::error::Error;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -101,8 +101,8 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// The runner's bounds as the flags set them.
-    pub fn limits(&self) -> crate::Limits {
-        crate::Limits {
+    pub fn limits(&self) -> crate::runner::Limits {
+        crate::runner::Limits {
             max_concurrent_calls: self.max_concurrent_calls,
             call: crate::tools::CallLimits {
                 max_output_bytes: self.max_call_output_bytes,
@@ -174,40 +174,6 @@ fn parse_session(s: &str) -> Result<String, String> {
     toolset::spill_file_name(s)
         .map(|_| s.to_owned())
         .map_err(|e| format!("session id {s:?} cannot name a directory: {e}"))
-}
-
-/// The largest toolset file the runner reads: the ConfigMap it comes in
-/// holds 1 MiB in all.
-pub const MAX_TOOLSET_BYTES: u64 = 1 << 20;
-
-/// Loads the `--toolset` file, or the default toolset when there is none.
-pub fn load_toolset(path: Option<&PathBuf>) -> Result<toolset::ResolvedToolset, Error> {
-    let Some(path) = path else {
-        return Ok(toolset::ResolvedToolset::default_enabled());
-    };
-    let bytes = read_toolset(path)?;
-    parse_toolset(path, &bytes)
-}
-
-/// The toolset file's bytes, at most [`MAX_TOOLSET_BYTES`] of them.
-pub fn read_toolset(path: &std::path::Path) -> Result<Vec<u8>, Error> {
-    crate::fsutil::read_config_file(path, MAX_TOOLSET_BYTES).map_err(|e| Error::ToolsetFile {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
-
-/// A toolset file's bytes as a resolved toolset.
-pub fn parse_toolset(
-    path: &std::path::Path,
-    bytes: &[u8],
-) -> Result<toolset::ResolvedToolset, Error> {
-    serde_json::from_slice(bytes).map_err(|e| Error::ToolsetFile {
-        path: path.to_path_buf(),
-        message: format!(
-            "not a resolved toolset ({{\"tools\": [...], \"policies\": {{...}}}}): {e}"
-        ),
-    })
 }
 
 /// Writes one line to stdout and flushes it: a caller reading the output

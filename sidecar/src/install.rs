@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::Error;
+use crate::error::Error;
 
 /// Copies this executable to `dest`, mode 0755. The copy is written beside
 /// `dest` and renamed over it, so a container starting from `dest` never

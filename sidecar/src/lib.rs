@@ -9,9 +9,13 @@
 //! Layout: [`runner`] is the one entry point for a call (policy gate, dispatch,
 //! output budget, metric); [`tools`] holds one module per tool; [`service`]
 //! is the gRPC surface; [`cli`], [`lifecycle`], [`install`] and [`remote`]
-//! are the binary around it (its `main` only parses and dispatches). The
-//! contract with callers -- the proto, the client, refusals, the command
-//! line the operator renders, exit codes -- lives in the `runner-api` crate.
+//! are the binary around it (its `main` only parses and dispatches);
+//! [`toolset_file`] reads the session's toolset for the ones that need it.
+//! The files import one way (no file imports one that imports it back;
+//! `tests/layout.rs` keeps it so), and none imports this one: an item is
+//! named at the module that defines it. The contract with callers -- the
+//! proto, the client, refusals, the command line the operator renders, exit
+//! codes -- lives in the `runner-api` crate.
 
 pub mod authority;
 pub mod binding;
@@ -32,6 +36,7 @@ pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
 pub mod tools;
+pub mod toolset_file;
 
 pub use error::Error;
 

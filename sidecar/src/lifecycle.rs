@@ -8,9 +8,11 @@ use std::time::Duration;
 use toolset::ResolvedToolset;
 
 use crate::binding::{AwaitBinding, Bound};
-use crate::cli::{ServeArgs, load_toolset, parse_toolset, read_toolset};
+use crate::cli::ServeArgs;
+use crate::error::Error;
+use crate::runner::{Runner, RunnerConfig};
 use crate::service::{Listen, serve as serve_grpc};
-use crate::{Error, Runner, RunnerConfig};
+use crate::toolset_file::{load_toolset, parse_toolset, read_toolset};
 
 /// Serves until SIGTERM/SIGINT or the idle timeout, then drains in-flight
 /// calls and returns. A runner that cannot start returns the reason.
@@ -194,7 +196,7 @@ pub async fn idle_timeout(runner: Runner, limit: Option<Duration>) {
 /// updates a mounted ConfigMap in place and a policy change must not need
 /// a new pod. A broken file keeps the toolset in force (and says so)
 /// rather than opening every tool. `last` is the bytes of the toolset in
-/// force. Reads are bounded ([`crate::cli::MAX_TOOLSET_BYTES`]).
+/// force. Reads are bounded ([`crate::toolset_file::MAX_TOOLSET_BYTES`]).
 pub async fn watch_toolset(runner: Runner, path: PathBuf, every: Duration, last: Option<Vec<u8>>) {
     let mut last = last;
     loop {

@@ -9,7 +9,9 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use toolset::MAX_OUTPUT_BYTES;
 
@@ -20,16 +22,39 @@ pub enum Body {
     /// Output already on disk (bash, grep). The file is consumed: removed when
     /// it fits the budget, moved to the spill location when it does not.
     File(PathBuf),
-    /// Two output files shown one after the other, with a newline between
-    /// them when `separated`: a bash call's stdout and stderr, in the order
-    /// and with the separator the reference gives (stderr first for a failed
-    /// call; the newline whenever stderr is not empty). Both are consumed.
-    Joined {
-        first: PathBuf,
-        second: PathBuf,
-        separated: bool,
+    /// Pieces shown one after the other: text, and ranges of files already
+    /// open (a bash call's stdout and stderr, what earlier calls'
+    /// background jobs wrote since). Read by position, so a file that is
+    /// still being appended to, or was unlinked, reads the same; nothing
+    /// here is removed, the files' owners unlink them.
+    Parts(Vec<Part>),
+}
+
+/// One piece of [`Body::Parts`].
+#[derive(Debug, Clone)]
+pub enum Part {
+    Text(String),
+    /// `len` bytes of `file` from `start`.
+    Range {
+        file: Arc<File>,
+        start: u64,
+        len: u64,
+    },
+    /// Output from elsewhere than the call itself (what an earlier call's
+    /// background jobs wrote since), between its header and footer lines.
+    /// Its body is shown within [`FRAMED_BUDGET`] so that it never pushes
+    /// the call's own output out of the result; past that, every framed
+    /// part is saved whole beside the call's spill file, and each shows
+    /// its head and its footer.
+    Framed {
+        header: String,
+        body: Vec<Part>,
+        footer: String,
     },
 }
+
+/// Most bytes of [`Part::Framed`] bodies one result shows, together.
+pub const FRAMED_BUDGET: usize = 32 << 10;
 
 /// One tool outcome on its way to becoming a [`crate::ToolResult`].
 #[derive(Debug)]
@@ -164,11 +189,10 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
                 compose(&clean, &notice, &trailer)
             }
         }
-        Body::Joined {
-            first,
-            second,
-            separated,
-        } => joined(&first, &second, separated, budget, id, spill, &trailer),
+        Body::Parts(parts) => {
+            let parts = condense_framed(parts, id, spill);
+            from_parts(&parts, budget, id, spill, &trailer)
+        }
         Body::File(path) => match read_head(&path, MAX_OUTPUT_BYTES) {
             Ok((head, more)) => {
                 if !more && head.len() <= budget {
@@ -193,74 +217,283 @@ pub fn finish(out: Output, id: &str, spill: &Spill) -> (String, bool) {
     (content, is_error)
 }
 
-/// The joined output of two files, within the budget: read from their
-/// heads when it fits, otherwise spilled whole (a streamed copy of both into
-/// the spill file, never a read into memory) with the notice.
-fn joined(
-    first: &Path,
-    second: &Path,
-    separated: bool,
-    budget: usize,
-    id: &str,
-    spill: &Spill,
-    trailer: &str,
-) -> String {
-    let remove = || {
-        let _ = fs::remove_file(first);
-        let _ = fs::remove_file(second);
+/// The parts with every [`Part::Framed`] opened up: whole when their
+/// bodies fit [`FRAMED_BUDGET`] together, otherwise saved whole to
+/// `<id>.background.txt` in the spill directory and each cut to its share,
+/// keeping its header and footer, with one line naming the file.
+fn condense_framed(parts: Vec<Part>, id: &str, spill: &Spill) -> Vec<Part> {
+    let framed = parts
+        .iter()
+        .filter(|p| matches!(p, Part::Framed { .. }))
+        .count();
+    if framed == 0 {
+        return parts;
+    }
+    let total: u64 = parts
+        .iter()
+        .map(|p| match p {
+            Part::Framed { body, .. } => body.iter().map(part_len).sum(),
+            _ => 0,
+        })
+        .sum();
+    if total <= FRAMED_BUDGET as u64 {
+        return flatten(parts);
+    }
+    let share = FRAMED_BUDGET / framed;
+    let whole = flatten(
+        parts
+            .iter()
+            .filter(|p| matches!(p, Part::Framed { .. }))
+            .cloned()
+            .collect(),
+    );
+    let name = format!("{}.background", toolset::truncate_runes(id, 100));
+    let saved = match spill.path_for(&name) {
+        Ok(path) => match write_parts(&whole, &path, spill) {
+            Ok(size) => format!(
+                "[background output is shown up to {share} bytes per call; all of it ({size} bytes) is saved in {p}; view it in slices, e.g. sed -n '1,200p' {p}]\n",
+                p = path.display()
+            ),
+            Err(e) => format!(
+                "[background output is shown up to {share} bytes per call; the rest could not be saved: {}]\n",
+                crate::fsutil::describe(&e)
+            ),
+        },
+        Err(e) => format!(
+            "[background output is shown up to {share} bytes per call; the rest could not be saved: {e}]\n"
+        ),
     };
-    let heads = read_head(first, MAX_OUTPUT_BYTES)
-        .and_then(|a| Ok((a, read_head(second, MAX_OUTPUT_BYTES)?)));
-    let ((a, a_more), (b, b_more)) = match heads {
+    let last_framed = parts
+        .iter()
+        .rposition(|p| matches!(p, Part::Framed { .. }))
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for (i, p) in parts.into_iter().enumerate() {
+        let Part::Framed {
+            header,
+            body,
+            footer,
+        } = p
+        else {
+            out.push(p);
+            continue;
+        };
+        out.push(Part::Text(header));
+        match read_parts(&body, share) {
+            Ok((head, more)) => {
+                let ends_line = head.is_empty() || head.ends_with('\n');
+                out.push(Part::Text(head));
+                if more {
+                    let nl = if ends_line { "" } else { "\n" };
+                    out.push(Part::Text(format!("{nl}[... cut here]\n")));
+                } else if !ends_line {
+                    out.push(Part::Text("\n".into()));
+                }
+            }
+            Err(e) => out.push(Part::Text(format!(
+                "[it could not be read back: {}]\n",
+                crate::fsutil::describe(&e)
+            ))),
+        }
+        out.push(Part::Text(footer));
+        if i == last_framed {
+            out.push(Part::Text(saved.clone()));
+        }
+    }
+    out
+}
+
+/// The parts with every [`Part::Framed`] laid out whole: header, body (a
+/// newline added when it does not end its line), footer.
+fn flatten(parts: Vec<Part>) -> Vec<Part> {
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        let Part::Framed {
+            header,
+            body,
+            footer,
+        } = p
+        else {
+            out.push(p);
+            continue;
+        };
+        let ends_line = last_byte(&body).is_none_or(|b| b == b'\n');
+        out.push(Part::Text(header));
+        out.extend(flatten(body));
+        if !ends_line {
+            out.push(Part::Text("\n".into()));
+        }
+        out.push(Part::Text(footer));
+    }
+    out
+}
+
+/// How many bytes a part holds (before NUL stripping).
+fn part_len(p: &Part) -> u64 {
+    match p {
+        Part::Text(t) => t.len() as u64,
+        Part::Range { len, .. } => *len,
+        Part::Framed {
+            header,
+            body,
+            footer,
+        } => (header.len() + footer.len()) as u64 + body.iter().map(part_len).sum::<u64>(),
+    }
+}
+
+/// The last byte the parts hold, if any.
+fn last_byte(parts: &[Part]) -> Option<u8> {
+    for p in parts.iter().rev() {
+        match p {
+            Part::Text(t) => {
+                if let Some(&b) = t.as_bytes().last() {
+                    return Some(b);
+                }
+            }
+            Part::Range { file, start, len } if *len > 0 => {
+                let mut b = [0u8; 1];
+                return match file.read_at(&mut b, start + len - 1) {
+                    Ok(1) => Some(b[0]),
+                    _ => None,
+                };
+            }
+            Part::Range { .. } => {}
+            Part::Framed { footer, .. } => return footer.as_bytes().last().copied(),
+        }
+    }
+    None
+}
+
+/// The parts' text within the budget: read from their heads when it fits,
+/// otherwise spilled whole (a streamed copy of every part into the spill
+/// file, never a read into memory) with the notice.
+fn from_parts(parts: &[Part], budget: usize, id: &str, spill: &Spill, trailer: &str) -> String {
+    let (mut head, more) = match read_parts(parts, MAX_OUTPUT_BYTES) {
         Ok(h) => h,
         Err(e) => {
-            remove();
             return format!(
                 "[the output could not be read back: {}]{trailer}",
                 crate::fsutil::describe(&e)
             );
         }
     };
-    let sep = if separated { "\n" } else { "" };
-    let mut head = String::with_capacity(a.len() + sep.len() + b.len());
-    head.push_str(&a);
-    head.push_str(sep);
-    head.push_str(&b);
-    if !a_more && !b_more && head.len() <= budget {
-        remove();
+    if !more && head.len() <= budget {
         append_trailer(&mut head, trailer);
         return head;
     }
-    let notice = spill_joined(first, second, sep, id, spill);
-    remove();
+    let notice = spill_parts(parts, id, spill);
     compose(&head, &notice, trailer)
 }
 
-fn spill_joined(first: &Path, second: &Path, sep: &str, id: &str, spill: &Spill) -> String {
+/// At most `limit` bytes that survive NUL stripping from the head of the
+/// parts together, as text, and whether more follows. Memory stays at
+/// `limit` plus one buffer whatever the parts hold.
+pub fn read_parts(parts: &[Part], limit: usize) -> io::Result<(String, bool)> {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut more = false;
+    let mut keep = |bytes: &[u8]| -> bool {
+        for &b in bytes {
+            if b == 0 {
+                continue;
+            }
+            if kept.len() == limit {
+                more = true;
+                return false;
+            }
+            kept.push(b);
+        }
+        true
+    };
+    let mut buf = vec![0u8; 64 << 10];
+    'parts: for part in parts {
+        match part {
+            // Opened up by `condense_framed` before anything is read.
+            Part::Framed { .. } => {}
+            Part::Text(t) => {
+                if !keep(t.as_bytes()) {
+                    break 'parts;
+                }
+            }
+            Part::Range { file, start, len } => {
+                let end = start.saturating_add(*len);
+                let mut at = *start;
+                while at < end {
+                    let want = buf
+                        .len()
+                        .min(usize::try_from(end - at).unwrap_or(buf.len()));
+                    let n = match file.read_at(&mut buf[..want], at) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    at += n as u64;
+                    if !keep(&buf[..n]) {
+                        break 'parts;
+                    }
+                }
+            }
+        }
+    }
+    Ok((bytes_to_text(kept, more), more))
+}
+
+/// Every part, whole, into the call's spill file.
+fn spill_parts(parts: &[Part], id: &str, spill: &Spill) -> String {
     let path = match spill.path_for(id) {
         Ok(p) => p,
         Err(e) => return lost_notice(&e),
     };
-    let copy = || -> io::Result<u64> {
-        fs::create_dir_all(&spill.dir)?;
-        let mut out = fs::File::create(&path)?;
-        let mut n = io::copy(&mut File::open(first)?, &mut out)?;
-        io::Write::write_all(&mut out, sep.as_bytes())?;
-        n += sep.len() as u64;
-        n += io::copy(&mut File::open(second)?, &mut out)?;
-        Ok(n)
-    };
-    match copy() {
-        Ok(size) => {
-            spill.prune(&path);
-            notice_for(&path, size)
-        }
+    match write_parts(parts, &path, spill) {
+        Ok(size) => notice_for(&path, size),
         Err(e) => lost_notice(&format!(
             "{}: {}",
             path.display(),
             crate::fsutil::describe(&e)
         )),
     }
+}
+
+/// Writes the parts whole to `path` in the spill directory (a streamed
+/// copy, never a read into memory), then prunes the spills; the bytes
+/// written.
+fn write_parts(parts: &[Part], path: &Path, spill: &Spill) -> io::Result<u64> {
+    fs::create_dir_all(&spill.dir)?;
+    let mut out = io::BufWriter::new(fs::File::create(path)?);
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
+    for part in parts {
+        match part {
+            Part::Text(t) => {
+                io::Write::write_all(&mut out, t.as_bytes())?;
+                n += t.len() as u64;
+            }
+            // Opened up by `condense_framed` before anything is written.
+            Part::Framed { .. } => {}
+            Part::Range { file, start, len } => {
+                let end = start.saturating_add(*len);
+                let mut at = *start;
+                while at < end {
+                    let want = buf
+                        .len()
+                        .min(usize::try_from(end - at).unwrap_or(buf.len()));
+                    let got = match file.read_at(&mut buf[..want], at) {
+                        Ok(0) => break,
+                        Ok(got) => got,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    io::Write::write_all(&mut out, &buf[..got])?;
+                    at += got as u64;
+                    n += got as u64;
+                }
+            }
+        }
+    }
+    io::Write::flush(&mut out)?;
+    drop(out);
+    spill.prune(path);
+    Ok(n)
 }
 
 /// Appends the trailer (which starts with a newline) on a line of its own:
@@ -427,6 +660,43 @@ mod tests {
         let mut b = "ab".as_bytes().to_vec();
         b.extend_from_slice(&"é".as_bytes()[..1]);
         assert_eq!(bytes_to_text(b, true), "ab");
+    }
+
+    #[test]
+    fn parts_read_in_order_within_one_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, b"0123\x00456789").unwrap();
+        let file = Arc::new(File::open(&p).unwrap());
+        let parts = vec![
+            Part::Text("a\0b".into()),
+            Part::Range {
+                file: Arc::clone(&file),
+                start: 2,
+                len: 6,
+            },
+            Part::Text("end".into()),
+        ];
+        assert_eq!(
+            read_parts(&parts, 100).unwrap(),
+            ("ab23456end".into(), false)
+        );
+        assert_eq!(read_parts(&parts, 4).unwrap(), ("ab23".into(), true));
+        // A framed part is opened up whole when it fits, a newline added
+        // where its body does not end a line.
+        let framed = flatten(vec![Part::Framed {
+            header: "[h]\n".into(),
+            body: vec![Part::Range {
+                file,
+                start: 0,
+                len: 3,
+            }],
+            footer: "[f]\n".into(),
+        }]);
+        assert_eq!(
+            read_parts(&framed, 100).unwrap(),
+            ("[h]\n012\n[f]\n".into(), false)
+        );
     }
 
     #[test]

@@ -10,11 +10,13 @@
 //! registered that pid and discards the rest (orphans).
 
 use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -86,11 +88,43 @@ impl Supervisor {
 
     /// Spawns `cmd` in a new process group and registers it for its exit.
     pub fn spawn(self: &Arc<Self>, cmd: &mut Command) -> std::io::Result<Spawned> {
+        self.spawn_with(cmd, None)
+    }
+
+    /// [`Supervisor::spawn`], handing the child `inherit` at its own number
+    /// (std has no safe way to place a descriptor in a child). The runner's
+    /// descriptors are all close-on-exec; `inherit` is let through for this
+    /// one spawn, under the lock every spawn takes, so no other child of
+    /// the runner ever gets it.
+    pub fn spawn_with(
+        self: &Arc<Self>,
+        cmd: &mut Command,
+        inherit: Option<BorrowedFd<'_>>,
+    ) -> std::io::Result<Spawned> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
         let (tx, rx) = oneshot::channel();
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        let child = cmd.spawn()?;
+        let set_cloexec = |fd: BorrowedFd<'_>, on: bool| {
+            let flags = if on {
+                FdFlag::FD_CLOEXEC
+            } else {
+                FdFlag::empty()
+            };
+            fcntl(fd, FcntlArg::F_SETFD(flags)).map(drop)
+        };
+        if let Some(fd) = inherit {
+            set_cloexec(fd, false)?;
+        }
+        let child = cmd.spawn();
+        if let Some(fd) = inherit {
+            // Restored even when the spawn failed. Failing here is not the
+            // child's fault; it is running and must be waited for.
+            if let Err(e) = set_cloexec(fd, true) {
+                tracing::warn!(error = %e, "cannot make a descriptor close-on-exec again");
+            }
+        }
+        let child = child?;
         let pid = child.id() as i32;
         waiters.insert(pid, tx);
         Ok(Spawned {
@@ -150,12 +184,17 @@ impl Spawned {
         self
     }
 
+    /// The `AGENTPLANE_CALL=<token>` the call's processes carry, if any.
+    pub fn marker(&self) -> Option<&str> {
+        self.marker.as_deref()
+    }
+
     /// Waits for the child to exit, or ends the whole call (see
     /// [`crate::procs`]) when `limits.timeout` passes or the output file
     /// outgrows `limits.output`. Dropping the future before it resolves (the
     /// caller went away) ends the call too, so an abandoned call leaves
     /// nothing running.
-    pub async fn wait(self, limits: Limits) -> Result<Waited, crate::Error> {
+    pub async fn wait(self, limits: Limits) -> Result<Waited, crate::error::Error> {
         let Spawned {
             pid,
             mut exit,
@@ -174,7 +213,7 @@ impl Spawned {
         let reason = tokio::select! {
             res = &mut exit => {
                 guard.pid = None;
-                let exit = res.map_err(|_| crate::Error::SupervisorGone)?;
+                let exit = res.map_err(|_| crate::error::Error::SupervisorGone)?;
                 // A call that outran the cap between two checks and exited
                 // is still over it: the cap is on what a call writes, not
                 // on how fast it writes it.
@@ -201,7 +240,7 @@ impl Spawned {
                 exit,
                 report,
             }),
-            Err(_) => Err(crate::Error::SupervisorGone),
+            Err(_) => Err(crate::error::Error::SupervisorGone),
         }
     }
 }

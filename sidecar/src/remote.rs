@@ -4,8 +4,8 @@
 
 use runner_api::{Client, exit};
 
-use crate::Error;
 use crate::cli::{CallArgs, TargetArgs, print_line};
+use crate::error::Error;
 
 /// Runs one client subcommand to completion on a small runtime of its own
 /// (a probe runs every few seconds; it should cost little).

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use toolset::{PermissionPolicy, ResolvedToolset};
 
-use crate::Error;
 use crate::binding::{AwaitBinding, Bound, Found, Gate};
 use crate::calls::Record;
+use crate::error::Error;
 use crate::guard::Protected;
 use crate::output::{Output, Spill, finish};
 use crate::reaper::Supervisor;
@@ -149,7 +149,7 @@ impl Runner {
             .map_err(|e| Error::io(format!("cannot create {}", state_dir.display()), e))?;
         // Resolved once, before any tool runs and before the supervisor
         // reaps children (the probe waits for its own).
-        let grep = tools::grep::probe();
+        let grep = tools::programs::probe();
         let protected = protected_paths(&state_dir, &config.protected, &grep);
         let supervisor = Supervisor::start()
             .map_err(|e| Error::io("cannot watch for child processes (SIGCHLD)", e))?;
@@ -391,7 +391,7 @@ impl Runner {
         let (content, is_error) = match name {
             "bash" | "grep" => {
                 let out = if name == "bash" {
-                    tools::bash::run(&self.inner.ctx, input, live).await?
+                    tools::bash::run(&self.inner.ctx, id, input, live).await?
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };
@@ -495,7 +495,7 @@ pub fn gate(
 fn protected_paths(
     state_dir: &std::path::Path,
     extra: &[PathBuf],
-    grep: &tools::grep::GrepBinary,
+    grep: &tools::programs::GrepBinary,
 ) -> Protected {
     let mut p = Protected::default().tree(state_dir, "the runner's state directory");
     for path in extra {
@@ -507,10 +507,10 @@ fn protected_paths(
         p = p.file(&exe, "the runner's binary");
     }
     p = p.file(
-        std::path::Path::new(tools::BASH),
+        std::path::Path::new(tools::programs::BASH),
         "the shell the runner executes",
     );
-    if let tools::grep::GrepBinary::Found { path, .. } = grep {
+    if let tools::programs::GrepBinary::Found { path, .. } = grep {
         p = p.file(path, "the grep the runner executes");
     }
     p

@@ -17,12 +17,13 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnixListenerStre
 use tonic::{Request, Response, Status};
 
 use crate::authority::AuthorityFix;
-use crate::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
-use crate::proto::{
+use crate::error::Error;
+use crate::runner::Runner;
+use runner_api::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
+use runner_api::proto::{
     AttachRequest, CancelRequest, CancelResponse, ListToolsRequest, ListToolsResponse, RunEvent,
     RunRequest, RunResponse, ToolDefinition,
 };
-use crate::{Error, Runner};
 
 /// The tonic service over a [`Runner`].
 #[derive(Debug, Clone)]
@@ -209,7 +210,7 @@ pub struct Listen {
 /// .proto file and either version lists every service served.
 fn reflection() -> tonic_reflection::server::Builder<'static> {
     tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(runner_api::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET)

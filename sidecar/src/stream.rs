@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::calls::{Phase, Record};
-use crate::proto::{Chunk, RunEvent, RunResponse, run_event};
+use runner_api::proto::{Chunk, RunEvent, RunResponse, run_event};
 
 /// Most bytes in one chunk event.
 pub const CHUNK_BYTES: usize = 32 << 10;
@@ -49,6 +49,8 @@ type Tx = mpsc::Sender<Result<RunEvent, Status>>;
 async fn pump(record: Arc<Record>, mut offsets: [u64; 2], tx: Tx) -> Result<(), Gone> {
     let mut phase = record.watch();
     let mut files: Option<[File; 2]> = None;
+    // Where the call's own output ends, once the runner knows.
+    let mut known_ends: Option<[u64; 2]> = None;
     loop {
         let now = phase.borrow_and_update().clone();
         match now {
@@ -57,12 +59,17 @@ async fn pump(record: Arc<Record>, mut offsets: [u64; 2], tx: Tx) -> Result<(), 
                     return Ok(());
                 }
             }
-            Phase::Running { stdout, stderr } => {
+            Phase::Running {
+                stdout,
+                stderr,
+                ends,
+            } => {
                 if files.is_none() {
                     files = open_at(&stdout, &stderr, offsets).await;
                 }
+                known_ends = known_ends.or(ends);
                 let moved = match files.as_mut() {
-                    Some(f) => send_available(f, &mut offsets, &tx).await?,
+                    Some(f) => send_available(f, &mut offsets, &tx, known_ends).await?,
                     None => false,
                 };
                 if !moved {
@@ -74,7 +81,22 @@ async fn pump(record: Arc<Record>, mut offsets: [u64; 2], tx: Tx) -> Result<(), 
             }
             Phase::Done(result) => {
                 if let Some(f) = files.as_mut() {
-                    while send_available(f, &mut offsets, &tx).await? {}
+                    // Up to the end of the call's own output: a background
+                    // job it left can write on forever, and what it writes
+                    // belongs to a later bash result, not this stream. A
+                    // call that never said (it was ended) is read up to what
+                    // the files hold now.
+                    let ends = match known_ends {
+                        Some(e) => e,
+                        None => {
+                            let mut ends = [0u64; 2];
+                            for (end, file) in ends.iter_mut().zip(f.iter()) {
+                                *end = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+                            }
+                            ends
+                        }
+                    };
+                    while send_available(f, &mut offsets, &tx, Some(ends)).await? {}
                 }
                 let last = result.map(|r| RunEvent {
                     event: Some(run_event::Event::Result(RunResponse {
@@ -100,17 +122,27 @@ async fn open_at(
     Some([out, err])
 }
 
-/// Sends what both files hold past the offsets, a chunk at a time; whether
-/// anything was sent.
+/// Sends what both files hold past the offsets (up to `ends`, when given),
+/// a chunk at a time; whether anything was sent.
 async fn send_available(
     files: &mut [File; 2],
     offsets: &mut [u64; 2],
     tx: &Tx,
+    ends: Option<[u64; 2]>,
 ) -> Result<bool, Gone> {
     let mut moved = false;
     let mut buf = vec![0u8; CHUNK_BYTES];
     for (i, f) in files.iter_mut().enumerate() {
-        let n = f.read(&mut buf).await.unwrap_or_default();
+        let room = match ends {
+            Some(e) => usize::try_from(e[i].saturating_sub(offsets[i]))
+                .unwrap_or(CHUNK_BYTES)
+                .min(CHUNK_BYTES),
+            None => CHUNK_BYTES,
+        };
+        if room == 0 {
+            continue;
+        }
+        let n = f.read(&mut buf[..room]).await.unwrap_or_default();
         if n == 0 {
             continue;
         }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 
-use crate::{Error, ToolResult};
+use runner_api::ToolResult;
+
+use crate::error::Error;
 
 const METER_NAME: &str = "agentplane.sidecar";
 

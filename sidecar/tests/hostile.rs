@@ -494,36 +494,98 @@ async fn commands_over_the_kernels_argument_limit_and_with_nul_bytes() {
     still_serving(&s).await;
 }
 
-/// The shell parked for the next call, if there is one.
-fn parked_shell(runner: i32) -> Option<i32> {
-    sidecar::procs::scan()
-        .into_iter()
-        .find(|p| p.ppid == runner && p.comm == "bash" && sidecar::procs::state(p.pid) == Some('T'))
-        .map(|p| p.pid)
-}
-
+/// A parked shell killed, or woken before the runner handed it a call (by
+/// anything that reaches its pipe through /proc), is replaced: the next
+/// call runs in a shell of its own, with the session's state.
 #[tokio::test]
-async fn a_parked_shell_killed_or_continued_early_is_replaced() {
+async fn a_parked_shell_killed_or_woken_early_is_replaced() {
     let s = hostile(&[]).await;
     call(&s, "bash", json!({"command": "export KEPT=1"})).await;
-    let pid = s.pid();
-    for sig in [
-        nix::sys::signal::Signal::SIGKILL,
-        nix::sys::signal::Signal::SIGCONT,
-    ] {
-        let mut parked = None;
+    let runner = s.pid();
+    for wake_early in [false, true] {
+        let mut parked = Vec::new();
         assert!(
             eventually(|| {
-                parked = parked_shell(pid);
-                parked.is_some()
+                parked = parked_shells(runner);
+                !parked.is_empty()
             })
             .await,
             "a shell is parked for the next call"
         );
-        let parked = parked.unwrap();
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(parked), sig).unwrap();
-        assert!(eventually(|| !common::alive(parked)).await);
+        let shell = parked[0].pid;
+        if wake_early {
+            // The pipe's descriptor is the shell's last argument.
+            let args = std::fs::read(format!("/proc/{shell}/cmdline")).unwrap();
+            let fd =
+                String::from_utf8_lossy(args.split(|&b| b == 0).rfind(|a| !a.is_empty()).unwrap())
+                    .into_owned();
+            std::fs::write(format!("/proc/{shell}/fd/{fd}"), "go\n").unwrap();
+        } else {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(shell),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        }
+        assert!(eventually(|| !common::alive(shell)).await);
         let r = call(&s, "bash", json!({"command": "echo $KEPT"})).await;
-        assert_eq!((r.content.as_str(), r.is_error), ("1\n", false), "{sig}");
+        assert_eq!(
+            (r.content.as_str(), r.is_error),
+            ("1\n", false),
+            "woken early: {wake_early}"
+        );
     }
+}
+
+/// The shells started ahead of calls (parked) whose parent is `runner`.
+fn parked_shells(runner: i32) -> Vec<sidecar::procs::Proc> {
+    sidecar::procs::scan()
+        .into_iter()
+        .filter(|p| p.ppid == runner && !p.zombie)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .map(|c| c.split(|&b| b == 0).any(|arg| arg == b"park"))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A background job that writes without end after its call returned is
+/// held to the call's output cap like the call itself: ended past it, and
+/// the result that shows its output says so. Neither the disk nor the
+/// runner's memory follows the job.
+#[tokio::test]
+async fn a_background_job_writing_forever_is_ended_at_the_output_cap() {
+    let s = hostile(&["--max-call-output-bytes", "2000000"]).await;
+    let r = call(
+        &s,
+        "bash",
+        json!({"command": "(while [ ! -e go ]; do sleep 0.02; done; exec yes) & echo $! > yes.pid; echo started"}),
+    )
+    .await;
+    assert_eq!(r.content, "started\n");
+    let before = s.status_kib("VmHWM");
+    std::fs::write(s.path("go"), "").unwrap();
+    let job: i32 = std::fs::read_to_string(s.path("yes.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(|| !common::alive(job)).await,
+        "the job is still writing"
+    );
+    let r = call(&s, "bash", json!({"command": "echo own"})).await;
+    assert!(!r.is_error, "{}", r.content);
+    assert!(r.content.len() <= toolset::MAX_OUTPUT_BYTES);
+    assert!(
+        r.content.contains(
+            "its jobs were ended: together with the call they wrote more than 2000000 bytes"
+        ),
+        "{}",
+        &r.content[r.content.len().saturating_sub(600)..]
+    );
+    assert!(r.content.ends_with("own\n"));
+    assert!(s.status_kib("VmHWM") < before + 16 * 1024);
+    still_serving(&s).await;
 }

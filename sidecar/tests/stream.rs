@@ -233,3 +233,34 @@ async fn streaming_any_output_size_keeps_memory_flat() {
         "peak RSS grew from {before} to {after} KiB"
     );
 }
+
+/// A streamed call that leaves a job writing without end ends with its
+/// result: the stream sends what the files held when the call was done,
+/// not what the job goes on writing (that belongs to a later bash result).
+/// The job starts writing the moment the call's shell is gone, while the
+/// follower drains the files; a drain to the end of the files never ended.
+#[tokio::test]
+async fn a_stream_ends_though_a_job_it_left_writes_on() {
+    let s = Sidecar::start().await;
+    let input = json!({
+        "command": "(while kill -0 $$ 2>/dev/null; do sleep 0.005; done; exec yes) & echo started",
+    })
+    .to_string();
+    let mut c = s.client().await;
+    let mut st = c
+        .run_stream(&common::next_id(), "bash", &input, false)
+        .await
+        .unwrap();
+    let mut seen = Seen::default();
+    // At most 64 MiB of chunks: an unbounded stream fails here instead of
+    // filling the test's memory.
+    read(&mut st, &mut seen, Some(2048)).await;
+    // What the job wrote before the result was made (between the shell's
+    // exit and the result) is the call's own: only the start is known.
+    let Some((content, is_error)) = &seen.result else {
+        panic!("{} bytes streamed and no result", seen.stdout.len());
+    };
+    assert!(!is_error && content.starts_with("started\n"));
+    assert!(seen.stdout.starts_with(b"started\n"));
+    s.ok("bash", json!({"restart": true})).await;
+}

@@ -1,7 +1,7 @@
 //! bash without a persistent shell.
 //!
 //! Each call is a fresh `/bin/bash` in its own process group (started ahead
-//! of the call, see [`super::shell`]) that first evaluates the session
+//! of the call, see [`crate::tools::shell`]) that first evaluates the session
 //! snapshot (exported environment, functions, cwd) and, on exit, writes the
 //! next one. The snapshot lives on disk, so the session's
 //! shell state survives a runner restart, and no long-lived shell can be
@@ -9,30 +9,23 @@
 //!
 //! Output goes to a per-call file, not a pipe: a background job (`server &`)
 //! inherits the file, not a pipe the runner would wait to close, so the call
-//! ends when the shell does. A timeout SIGKILLs the whole process group.
+//! ends when the shell does; what the job writes after that reaches a later
+//! result (see [`crate::tools::late`]). A timeout SIGKILLs the whole
+//! process group.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use super::shell::{self, Shell};
-use super::{Ctx, parse};
-use crate::Error;
 use crate::calls::Record;
-use crate::output::{Body, Output};
+use crate::error::Error;
+use crate::output::{Body, Output, Part};
 use crate::procs::MARKER_VAR;
 use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited, group_alive, kill_group};
-
-#[derive(Deserialize)]
-struct Input {
-    command: Option<String>,
-    #[serde(default)]
-    restart: bool,
-    timeout_ms: Option<i64>,
-}
+use crate::tools::ctx::Ctx;
+use crate::tools::input::parse;
+use crate::tools::shell::{self, Shell};
 
 /// A bash call as its input asks for it, checked before anything runs.
 struct Request {
@@ -44,21 +37,23 @@ struct Request {
 
 /// Every refusal, before `restart` acts, so bad input changes nothing.
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("bash", input)?;
-    let timeout = timeout(input.timeout_ms)?;
+    let input = parse("bash", input)?;
+    let command = input.string("command")?;
+    let restart = input.boolean("restart")?.unwrap_or(false);
+    let timeout = timeout(input.integer("timeout_ms", "a whole number of milliseconds")?)?;
     // Only an empty command is missing: "   " is a command (it does nothing).
-    let command = input.command.filter(|c| !c.is_empty());
+    let command = command.filter(|c| !c.is_empty());
     if command.as_deref().is_some_and(|c| c.contains('\0')) {
         return Err(Output::error(
             "bash: command contains a NUL byte, which a shell command cannot hold",
         ));
     }
-    if command.is_none() && !input.restart {
+    if command.is_none() && !restart {
         return Err(Output::error("bash: command is required"));
     }
     Ok(Request {
         command,
-        restart: input.restart,
+        restart,
         timeout,
     })
 }
@@ -68,7 +63,12 @@ pub(crate) fn check(input: &[u8]) -> Result<(), Output> {
     request(input).map(drop)
 }
 
-pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Output, Error> {
+pub async fn run(
+    ctx: &Ctx,
+    id: &str,
+    input: &[u8],
+    live: Option<&Record>,
+) -> Result<Output, Error> {
     let req = match request(input) {
         Ok(r) => r,
         Err(out) => return Ok(out),
@@ -80,12 +80,12 @@ pub async fn run(ctx: &Ctx, input: &[u8], live: Option<&Record>) -> Result<Outpu
         return Ok(Output::ok("bash session restarted"));
     };
 
-    exec(ctx, &command, req.timeout, live).await
+    exec(ctx, id, &command, req.timeout, live).await
 }
 
 /// `timeout_ms`: absent or 0 means the default; over the maximum is refused
 /// rather than silently shortened, so the model knows what it will get.
-fn timeout(ms: Option<i64>) -> Result<Duration, Output> {
+fn timeout(ms: Option<i128>) -> Result<Duration, Output> {
     let max_ms = toolset::MAX_TIMEOUT.as_millis();
     match ms {
         None | Some(0) => Ok(toolset::DEFAULT_TIMEOUT),
@@ -118,6 +118,7 @@ fn restart(ctx: &Ctx) -> Result<(), Error> {
         &format!("{MARKER_VAR}={}.", ctx.instance),
         &ctx.supervisor.live_pids(),
     );
+    ctx.late.clear();
     ctx.snapshot.clear().map_err(|e| {
         Error::io(
             format!(
@@ -131,6 +132,7 @@ fn restart(ctx: &Ctx) -> Result<(), Error> {
 
 async fn exec(
     ctx: &Ctx,
+    id: &str,
     command: &str,
     timeout: Duration,
     live: Option<&Record>,
@@ -150,6 +152,7 @@ async fn exec(
         ..
     } = sh;
     let pgid = spawned.pid;
+    let marker = spawned.marker().map(str::to_owned);
     remember_group(ctx, pgid);
     if let Some(r) = live {
         r.running(out_path.clone(), err_path.clone());
@@ -178,27 +181,111 @@ async fn exec(
         trailer.push('\n');
         trailer.push_str(&notice);
     }
-    let is_error = match waited {
+    let (is_error, ended) = match waited {
         Waited::Exited(exit) => {
             if let Some(notice) = ctx.snapshot.install(&next_snapshot) {
                 trailer.push('\n');
                 trailer.push_str(&notice);
             }
-            exit_trailer(exit, &mut trailer)
+            (exit_trailer(exit, &mut trailer), false)
         }
         Waited::Ended { reason, report, .. } => {
             let _ = fs::remove_file(&next_snapshot);
             // The group is dead; there is nothing left for restart to end.
             forget_group(ctx, pgid);
             trailer.push_str(&ended_trailer(reason, &report, timeout));
-            true
+            (true, true)
         }
     };
+    // What earlier calls' jobs wrote since comes first: most of it was
+    // written before this call's own output.
+    let mut parts = ctx.late.collect();
+    match Written::open(&out_path, &err_path) {
+        Ok(own) => {
+            if let Some(r) = live {
+                r.output_ends([own.out_len, own.err_len]);
+            }
+            parts.extend(own.parts(is_error));
+            // Jobs this call left running keep writing to its files: they
+            // are followed, and what they write reaches a later result.
+            if !ended && group_alive(pgid) {
+                ctx.late.follow(
+                    id,
+                    pgid,
+                    marker,
+                    (out_path, own.out_len),
+                    (err_path, own.err_len),
+                );
+            } else {
+                let _ = fs::remove_file(&out_path);
+                let _ = fs::remove_file(&err_path);
+            }
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&out_path);
+            let _ = fs::remove_file(&err_path);
+            parts.push(Part::Text(format!(
+                "[the output could not be read back: {}]",
+                crate::fsutil::describe(&e)
+            )));
+        }
+    }
     Ok(Output {
-        body: joined_output(out_path, err_path, is_error),
+        body: Body::Parts(parts),
         trailer,
         is_error,
     })
+}
+
+/// A finished call's stdout and stderr, open, and how much each held when
+/// the call was done: what this call's result shows. Whatever comes later
+/// is its background jobs' (see [`crate::tools::late`]).
+struct Written {
+    out: Arc<fs::File>,
+    err: Arc<fs::File>,
+    out_len: u64,
+    err_len: u64,
+}
+
+impl Written {
+    fn open(out: &Path, err: &Path) -> std::io::Result<Written> {
+        let out = fs::File::open(out)?;
+        let err = fs::File::open(err)?;
+        let (out_len, err_len) = (out.metadata()?.len(), err.metadata()?.len());
+        Ok(Written {
+            out: Arc::new(out),
+            err: Arc::new(err),
+            out_len,
+            err_len,
+        })
+    }
+
+    /// stdout, then stderr -- stderr first when the call failed, where the
+    /// reason usually is -- as the reference joins them, with a newline
+    /// between when stderr is not empty; "(no output)" for a failed call
+    /// that printed nothing.
+    fn parts(&self, failed: bool) -> Vec<Part> {
+        if failed && self.out_len == 0 && self.err_len == 0 {
+            return vec![Part::Text("(no output)".into())];
+        }
+        let out = Part::Range {
+            file: Arc::clone(&self.out),
+            start: 0,
+            len: self.out_len,
+        };
+        let err = Part::Range {
+            file: Arc::clone(&self.err),
+            start: 0,
+            len: self.err_len,
+        };
+        let (first, second) = if failed { (err, out) } else { (out, err) };
+        let mut parts = vec![first];
+        if self.err_len > 0 {
+            parts.push(Part::Text("\n".into()));
+        }
+        parts.push(second);
+        parts
+    }
 }
 
 /// The parked shell, handed this call's payload, or a new shell when none
@@ -210,12 +297,19 @@ async fn start_shell(ctx: &Ctx, payload: &[u8]) -> Result<Shell, Error> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     let started = match parked {
-        Some(p) => p.start(payload).await.map_err(Shell::discard).ok(),
+        Some(mut p) => {
+            if p.start(payload) {
+                Some(p)
+            } else {
+                p.discard();
+                None
+            }
+        }
         None => None,
     };
     match started {
         Some(sh) => Ok(sh),
-        None => shell::spawn(ctx, Some(payload)),
+        None => shell::spawn(ctx.spawner(), Some(payload)),
     }
 }
 
@@ -254,29 +348,6 @@ fn ended_trailer(reason: Ended, report: &crate::procs::Ended, timeout: Duration)
     )
 }
 
-/// stdout, then stderr -- stderr first when the call failed, where the
-/// reason usually is -- as the reference joins them; "(no output)" for a
-/// failed call that printed nothing.
-fn joined_output(stdout: PathBuf, stderr: PathBuf, failed: bool) -> Body {
-    let empty = |p: &PathBuf| fs::metadata(p).map(|m| m.len() == 0).unwrap_or(true);
-    if failed && empty(&stdout) && empty(&stderr) {
-        let _ = fs::remove_file(&stdout);
-        let _ = fs::remove_file(&stderr);
-        return Body::Text("(no output)".into());
-    }
-    let separated = !empty(&stderr);
-    let (first, second) = if failed {
-        (stderr, stdout)
-    } else {
-        (stdout, stderr)
-    };
-    Body::Joined {
-        first,
-        second,
-        separated,
-    }
-}
-
 /// Starts the shell the next call will use, unless one is already parked.
 /// A shell that cannot be started now is not an error: the next call then
 /// starts its own.
@@ -289,7 +360,7 @@ fn park_next(ctx: &Ctx) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if slot.is_none() {
-        match shell::spawn(ctx, None) {
+        match shell::spawn(ctx.spawner(), None) {
             Ok(sh) => *slot = Some(sh),
             Err(e) => tracing::warn!(error = %e, "cannot start a shell ahead of the next call"),
         }

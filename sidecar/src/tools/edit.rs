@@ -2,25 +2,16 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-
-use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{OpenError, atomic_write, describe, looks_binary, open_regular, read_capped};
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::links::{link_target, replaced_link_note};
 use toolset::MAX_FILE_BYTES;
 
 /// The largest file an edit may produce: sixteen times what it may read,
 /// room for any real edit, and a bound on the memory a `replace_all` takes.
 pub const MAX_EDIT_RESULT_BYTES: u64 = 16 * MAX_FILE_BYTES;
-
-#[derive(Deserialize)]
-struct Input {
-    file_path: Option<String>,
-    old_string: Option<String>,
-    new_string: Option<String>,
-    #[serde(default)]
-    replace_all: bool,
-}
 
 /// An edit as its input asks for it, checked before the file is touched.
 struct Request {
@@ -31,18 +22,22 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("edit", input)?;
-    let file_path = required("edit", "file_path", &input.file_path)?.to_owned();
-    let old = required("edit", "old_string", &input.old_string)?.to_owned();
+    let input = parse("edit", input)?;
+    let file_path = input.string("file_path")?;
+    let old = input.string("old_string")?;
+    let new = input.string("new_string")?;
+    let replace_all = input.boolean("replace_all")?.unwrap_or(false);
+    let file_path = required("edit", "file_path", &file_path)?.to_owned();
+    let old = required("edit", "old_string", &old)?.to_owned();
     // An empty new_string deletes; an absent one is a malformed call.
-    let Some(new) = input.new_string else {
+    let Some(new) = new else {
         return Err(Output::error("edit: new_string is required"));
     };
     Ok(Request {
         file_path,
         old,
         new,
-        replace_all: input.replace_all,
+        replace_all,
     })
 }
 

@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use globset::GlobBuilder;
-use serde::Deserialize;
 use walkdir::WalkDir;
 
-use super::{Ctx, parse, required};
 use crate::fsutil::{describe, lexical_clean};
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
 
 /// Most paths returned (the reference's limit).
 pub use toolset::GLOB_RESULT_LIMIT as RESULT_LIMIT;
@@ -19,12 +19,6 @@ pub const WALK_LIMIT: usize = 50_000;
 /// worker for the length of a bash call. A walk cut short says so.
 pub const WALK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-#[derive(Deserialize)]
-struct Input {
-    pattern: Option<String>,
-    path: Option<String>,
-}
-
 /// A glob as its input asks for it, checked before anything is walked.
 struct Request {
     pattern: String,
@@ -32,12 +26,11 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("glob", input)?;
-    let pattern = required("glob", "pattern", &input.pattern)?.to_owned();
-    Ok(Request {
-        pattern,
-        path: input.path,
-    })
+    let input = parse("glob", input)?;
+    let pattern = input.string("pattern")?;
+    let path = input.string("path")?;
+    let pattern = required("glob", "pattern", &pattern)?.to_owned();
+    Ok(Request { pattern, path })
 }
 
 /// An absolute pattern's part below `/`.
@@ -110,15 +103,34 @@ pub fn run(ctx: &Ctx, input: &[u8]) -> Output {
 /// A pattern split into the literal directory it starts from and the glob
 /// that remains, so `src/**/*.rs` walks `src` and `/etc/*.conf` walks `/etc`
 /// one level deep instead of the whole filesystem.
+///
+/// `**` matches zero segments as well as many, as in the reference: a
+/// trailing `/**` also matches what comes before it (`src/**` lists `src`
+/// itself, `*/**` every top-level entry), which globset's `/**` does not.
 #[derive(Debug)]
 struct Plan {
     root: PathBuf,
     matcher: Option<globset::GlobMatcher>,
+    /// The pattern without its trailing `**` segments, when that leaves
+    /// some: what those segments match as zero.
+    without_trailing: Option<globset::GlobMatcher>,
+    /// The pattern's literal directory itself is a match (the rest is only
+    /// `**`, and there was a literal part to name it).
+    root_matches: bool,
     max_depth: usize,
 }
 
 fn is_literal(segment: &str) -> bool {
     !segment.contains(['*', '?', '[', ']', '{', '}', '\\'])
+}
+
+/// One glob of path segments, `*` not crossing `/`.
+fn compile(segments: &[&str]) -> Result<globset::GlobMatcher, globset::Error> {
+    Ok(GlobBuilder::new(&segments.join("/"))
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()?
+        .compile_matcher())
 }
 
 impl Plan {
@@ -137,21 +149,30 @@ impl Plan {
             return Ok(Plan {
                 root,
                 matcher: None,
+                without_trailing: None,
+                root_matches: false,
                 max_depth: 0,
             });
         }
-        let max_depth = if rest.contains(&"**") || rest.iter().any(|s| s.contains("**")) {
+        let max_depth = if rest.iter().any(|s| s.contains("**")) {
             usize::MAX
         } else {
             rest.len()
         };
-        let glob = GlobBuilder::new(&rest.join("/"))
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()?;
+        let trimmed = rest.len() - rest.iter().rev().take_while(|s| **s == "**").count();
+        let without_trailing = if trimmed > 0 && trimmed < rest.len() {
+            Some(compile(&rest[..trimmed])?)
+        } else {
+            None
+        };
+        // The walk's own root is never a match (the reference skips it too):
+        // `**` alone lists what is under the base, not the base.
+        let root_matches = trimmed == 0 && root != lexical_clean(base);
         Ok(Plan {
             root,
-            matcher: Some(glob.compile_matcher()),
+            matcher: Some(compile(rest)?),
+            without_trailing,
+            root_matches,
             max_depth,
         })
     }
@@ -170,6 +191,14 @@ impl Plan {
             return (hit, false);
         };
         let mut hits = Vec::new();
+        if self.root_matches
+            && let Ok(m) = std::fs::symlink_metadata(&self.root)
+        {
+            hits.push((
+                self.root.clone(),
+                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            ));
+        }
         let walker = WalkDir::new(&self.root)
             .follow_links(false)
             .min_depth(1)
@@ -182,7 +211,12 @@ impl Plan {
             let Ok(rel) = entry.path().strip_prefix(&self.root) else {
                 continue;
             };
-            if matcher.is_match(rel) {
+            if matcher.is_match(rel)
+                || self
+                    .without_trailing
+                    .as_ref()
+                    .is_some_and(|m| m.is_match(rel))
+            {
                 let mtime = entry
                     .metadata()
                     .ok()
@@ -211,6 +245,29 @@ mod tests {
         assert_eq!(p.root, PathBuf::from("/x"));
         let p = Plan::new(Path::new("/w"), "a/b.txt").unwrap();
         assert!(p.matcher.is_none());
+    }
+
+    #[test]
+    fn a_trailing_doublestar_also_matches_zero_segments() {
+        let p = Plan::new(Path::new("/w"), "src/**").unwrap();
+        assert_eq!(p.root, PathBuf::from("/w/src"));
+        assert!(p.root_matches);
+        let p = Plan::new(Path::new("/w"), "src/**/**").unwrap();
+        assert!(p.root_matches);
+        // The base itself is never a match, whatever names it.
+        for pattern in ["**", "./**", "**/**"] {
+            let p = Plan::new(Path::new("/w"), pattern).unwrap();
+            assert!(!p.root_matches, "{pattern}");
+            assert!(p.without_trailing.is_none(), "{pattern}");
+        }
+        let p = Plan::new(Path::new("/w"), "*/**").unwrap();
+        assert!(!p.root_matches);
+        let zero = p.without_trailing.expect("`*` for the zero-segment case");
+        assert!(zero.is_match("f.txt"));
+        assert!(!zero.is_match("d/f.txt"));
+        let p = Plan::new(Path::new("/w"), "src/*.rs").unwrap();
+        assert!(!p.root_matches);
+        assert!(p.without_trailing.is_none());
     }
 
     #[test]

@@ -1,36 +1,51 @@
 //! grep: GNU grep in the sandbox, PCRE where the image's grep has it, POSIX
 //! ERE otherwise. One implementation rather than ripgrep-or-a-walker, so the
 //! behaviour depends on nothing the image ships beyond grep itself.
+//!
+//! The runner walks the tree and hands grep the files, in path order, in
+//! batches, rather than letting `grep -r` walk it: grep's own walk follows
+//! the directory's on-disk order, so the same tree on two file systems gave
+//! two answers, and sorting the output afterwards would mean holding all of
+//! it. The runner also decides what is binary: a file with a NUL byte in
+//! its first 8 KiB, as `read` decides. GNU grep in a UTF-8 locale also calls
+//! a file binary for one byte that is not UTF-8 (a Latin-1 source file), and
+//! `-I` then drops it, so the model silently missed matches in legacy code;
+//! here grep gets the files as text (`-a`) and a UTF-8 locale, so UTF-8
+//! patterns keep their meaning and other bytes are still searched.
 
 use std::fs::{self, File, OpenOptions};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
-use super::{Ctx, look_path, parse, required};
-use crate::Error;
-use crate::fsutil::describe;
+use crate::error::Error;
+use crate::fsutil::{BINARY_SNIFF_BYTES, describe, looks_binary, special_kind};
 use crate::output::{Body, Output};
 use crate::reaper::{Ended, Exit, Limits, OutputCap, Waited};
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::programs::GrepBinary;
+use crate::tools::sorted_walk::SortedWalk;
 
 /// Most of grep's stderr quoted back in an error.
 const STDERR_LIMIT: usize = 4 << 10;
 
-/// The grep the sandbox has, probed once per runner.
-#[derive(Debug, Clone)]
-pub enum GrepBinary {
-    Found { path: PathBuf, pcre: bool },
-    Missing,
-}
+/// Most files one grep process is given, and most bytes of their paths:
+/// well under the kernel's argument limit, few enough processes for a
+/// large tree.
+const BATCH_FILES: usize = 1024;
+const BATCH_PATH_BYTES: usize = 256 << 10;
 
-#[derive(Deserialize)]
-struct Input {
-    pattern: Option<String>,
-    path: Option<String>,
-}
+/// Directories the search never enters (the reference's walker skips
+/// `.git` as well).
+const SKIPPED_DIRS: &[&str] = &[".git"];
+
+/// The locale grep runs in: the reference's patterns are UTF-8 whatever the
+/// sandbox's locale says. Where the image lacks it, glibc falls back to the
+/// C locale, in which every byte is still searched.
+const LOCALE: &str = "C.UTF-8";
 
 /// A grep as its input asks for it, checked before anything runs.
 struct Request {
@@ -39,12 +54,11 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("grep", input)?;
-    let pattern = required("grep", "pattern", &input.pattern)?.to_owned();
-    Ok(Request {
-        pattern,
-        path: input.path,
-    })
+    let input = parse("grep", input)?;
+    let pattern = input.string("pattern")?;
+    let path = input.string("path")?;
+    let pattern = required("grep", "pattern", &pattern)?.to_owned();
+    Ok(Request { pattern, path })
 }
 
 /// [`request`]'s refusal, if any (for the fuzz targets).
@@ -57,15 +71,20 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
         Ok(r) => r,
         Err(out) => return Ok(out),
     };
-    let pattern = input.pattern;
     let (shown, target) = match input.path.as_deref().filter(|p| !p.is_empty()) {
         Some(p) => (p.to_owned(), ctx.resolve(p)),
         None => (ctx.workdir.display().to_string(), ctx.workdir.clone()),
     };
-    // grep -s hides unreadable files below the target; the target itself must
-    // exist or the model would read "no matches" for a typo.
-    if let Err(e) = fs::metadata(&target) {
-        return Ok(Output::error(format!("grep {shown}: {}", describe(&e))));
+    // Unreadable files below the target are passed over quietly; the target
+    // itself must exist or the model would read "no matches" for a typo.
+    let meta = match fs::metadata(&target) {
+        Ok(m) => m,
+        Err(e) => return Ok(Output::error(format!("grep {shown}: {}", describe(&e)))),
+    };
+    if let Some(kind) = special_kind(&meta).filter(|_| !meta.is_dir()) {
+        return Ok(Output::error(format!(
+            "grep: {shown} is {kind}, not a file or directory to search"
+        )));
     }
     let GrepBinary::Found { path: grep, pcre } = ctx.grep.clone() else {
         return Ok(Output::error(
@@ -75,8 +94,9 @@ pub async fn run(ctx: &Ctx, id: &str, input: &[u8]) -> Result<Output, Error> {
     let search = Search {
         grep,
         pcre,
-        pattern,
+        pattern: input.pattern,
         target,
+        is_dir: meta.is_dir(),
     };
     search.run(ctx, id).await
 }
@@ -87,6 +107,72 @@ struct Search {
     pcre: bool,
     pattern: String,
     target: PathBuf,
+    is_dir: bool,
+}
+
+/// Where the files to search come from: the target alone, or a walk.
+enum Source {
+    One(Option<PathBuf>),
+    Walk(Box<SortedWalk>),
+}
+
+impl Source {
+    /// The next batch of text files, in path order; empty when done.
+    fn batch(&mut self, deadline: Instant) -> Vec<PathBuf> {
+        match self {
+            Source::One(file) => file.take().filter(|f| is_text(f)).into_iter().collect(),
+            Source::Walk(walk) => {
+                let mut batch = Vec::new();
+                let mut bytes = 0;
+                while batch.len() < BATCH_FILES && bytes < BATCH_PATH_BYTES {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let Some(file) = walk.next_file() else { break };
+                    if is_text(&file) {
+                        bytes += file.as_os_str().len() + 1;
+                        batch.push(file);
+                    }
+                }
+                batch
+            }
+        }
+    }
+
+    fn cut(&self) -> Option<&Path> {
+        match self {
+            Source::Walk(w) => w.cut(),
+            Source::One(_) => None,
+        }
+    }
+}
+
+/// Whether a file is searched: a regular file (a FIFO swapped in after the
+/// walk listed it is never read, and so never blocks) that the runner can
+/// open, with no NUL byte in its first 8 KiB.
+fn is_text(path: &Path) -> bool {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
+        .open(path);
+    let Ok(file) = file else { return false };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        _ => return false,
+    }
+    let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
+    match file.take(BINARY_SNIFF_BYTES as u64).read_to_end(&mut head) {
+        Ok(_) => !looks_binary(&head),
+        Err(_) => false,
+    }
+}
+
+/// How the batches went, together.
+#[derive(Default)]
+struct Tally {
+    /// grep's first complaint that came with no match before it.
+    error: Option<Exit>,
+    ended: Option<Ended>,
 }
 
 impl Search {
@@ -96,95 +182,171 @@ impl Search {
             err: ctx.call_file(id, "grep-err"),
         };
         let (out, watched, err) = files.create()?;
-        let mut cmd = self.command(&ctx.workdir, out, err);
-        let spawned = match ctx.supervisor.spawn(&mut cmd) {
-            Ok(s) => s,
-            Err(e) => {
-                files.cleanup(false);
-                return Ok(Output::error(format!(
-                    "grep: cannot run {}: {}",
-                    self.grep.display(),
-                    describe(&e)
-                )));
+        let deadline = Instant::now() + toolset::DEFAULT_TIMEOUT;
+        let mut source = if self.is_dir {
+            // `grep -r --exclude-dir=.git DIR` searched nothing in a target
+            // named .git; neither does the reference's walker.
+            let skipped = self
+                .target
+                .file_name()
+                .is_some_and(|n| SKIPPED_DIRS.iter().any(|s| n == *s));
+            if skipped {
+                Source::One(None)
+            } else {
+                Source::Walk(Box::new(SortedWalk::new(&self.target, SKIPPED_DIRS)))
             }
+        } else {
+            Source::One(Some(self.target.clone()))
         };
-        let limits = Limits {
-            timeout: toolset::DEFAULT_TIMEOUT,
-            output: Some(OutputCap {
-                files: vec![watched],
-                cap: ctx.limits.max_output_bytes,
-            }),
-            cancel: None,
-        };
-        let waited = match spawned.wait(limits).await {
-            Ok(w) => w,
-            Err(e) => {
-                files.cleanup(false);
-                return Err(e);
+        let mut tally = Tally::default();
+        let mut first = true;
+        loop {
+            // Listing directories and reading file heads is blocking work.
+            let (back, batch) = tokio::task::spawn_blocking(move || {
+                let batch = source.batch(deadline);
+                (source, batch)
+            })
+            .await
+            .map_err(|e| Error::io("grep: the file walk failed", std::io::Error::other(e)))?;
+            source = back;
+            if Instant::now() > deadline {
+                tally.ended = Some(Ended::Timeout);
+                break;
             }
-        };
-        Ok(self.verdict(waited, &files))
+            // With nothing to search, grep still judges the pattern, so a
+            // bad one is an error whatever the tree holds.
+            let args = if batch.is_empty() {
+                if !first {
+                    break;
+                }
+                vec![PathBuf::from("/dev/null")]
+            } else {
+                batch
+            };
+            first = false;
+            let dup = |f: &File| {
+                f.try_clone()
+                    .map_err(|e| Error::io("grep: cannot duplicate an output file", e))
+            };
+            let said_before = file_len(&files.err);
+            let mut cmd = self.command(&ctx.workdir, &args, dup(&out)?, dup(&err)?);
+            let spawned = match ctx.supervisor.spawn(&mut cmd) {
+                Ok(s) => s,
+                Err(e) => {
+                    files.cleanup(false);
+                    return Ok(Output::error(format!(
+                        "grep: cannot run {}: {}",
+                        self.grep.display(),
+                        describe(&e)
+                    )));
+                }
+            };
+            let limits = Limits {
+                timeout: deadline.saturating_duration_since(Instant::now()),
+                output: Some(OutputCap {
+                    files: vec![dup(&watched)?],
+                    cap: ctx.limits.max_output_bytes,
+                }),
+                cancel: None,
+            };
+            match spawned.wait(limits).await {
+                Ok(Waited::Exited(Exit::Code(0 | 1))) => {}
+                Ok(Waited::Exited(exit)) => {
+                    // A complaint before any match (a bad pattern) is the
+                    // answer. One after matches leaves them standing, and a
+                    // silent failure is a file that vanished or could not be
+                    // read mid-walk (-s): the search goes on.
+                    let complained = file_len(&files.err) > said_before;
+                    if complained && !has_output(&files.out) {
+                        tally.error = Some(exit);
+                        break;
+                    }
+                    if !complained && exit != Exit::Code(2) {
+                        tally.error = Some(exit);
+                        break;
+                    }
+                }
+                Ok(Waited::Ended { reason, .. }) => {
+                    tally.ended = Some(reason);
+                    break;
+                }
+                Err(e) => {
+                    files.cleanup(false);
+                    return Err(e);
+                }
+            }
+            if args.first().is_some_and(|a| a == Path::new("/dev/null")) {
+                break;
+            }
+        }
+        let mut out = self.verdict(&tally, &files);
+        if let Some(dir) = source.cut()
+            && tally.ended.is_none()
+            && tally.error.is_none()
+        {
+            out.trailer.push_str(&format!(
+                "\n[grep searched only {} entries of {}, the most one directory may hold in a search; search its parts separately]",
+                crate::tools::sorted_walk::MAX_DIR_ENTRIES,
+                dir.display()
+            ));
+        }
+        Ok(out)
     }
 
-    fn command(&self, workdir: &Path, out: File, err: File) -> Command {
+    fn command(&self, workdir: &Path, files: &[PathBuf], out: File, err: File) -> Command {
         let mut cmd = Command::new(&self.grep);
-        cmd.args([
-            "-r",
-            "-n",
-            "-H",
-            "-I",
-            "-s",
-            "--color=never",
-            "--exclude-dir=.git",
-        ])
-        .arg(if self.pcre { "-P" } else { "-E" })
-        .arg("-e")
-        .arg(&self.pattern)
-        .arg("--")
-        .arg(&self.target)
-        .current_dir(workdir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err));
+        cmd.args(["-n", "-H", "-a", "-s", "--color=never"])
+            .arg(if self.pcre { "-P" } else { "-E" })
+            .arg("-e")
+            .arg(&self.pattern)
+            .arg("--")
+            .args(files)
+            .env("LC_ALL", LOCALE)
+            .current_dir(workdir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
         cmd
     }
 
-    /// What the model reads of a finished grep; the call's files are
+    /// What the model reads of a finished search; the call's files are
     /// removed, except the output when the output is the result.
-    fn verdict(&self, waited: Waited, files: &CallFiles) -> Output {
-        // grep prefixes its messages with its own path, which says nothing useful.
-        let prefix = format!("{}: ", self.grep.display());
-        let stderr = crate::output::read_head(&files.err, STDERR_LIMIT)
-            .map(|(s, _)| s.trim().replace(&prefix, ""))
-            .unwrap_or_default();
-        let has_output = fs::metadata(&files.out)
-            .map(|m| m.len() > 0)
-            .unwrap_or(false);
-        let (keep_out, output) = match waited {
-            Waited::Ended { reason, .. } => (false, ended(reason)),
-            Waited::Exited(Exit::Code(0)) => (true, file_output(files.out.clone())),
-            Waited::Exited(Exit::Code(1)) => (false, Output::ok("no matches")),
-            // Exit 2 with matches printed: some file below was unreadable,
-            // which -s keeps quiet; the matches that were found still stand.
-            Waited::Exited(Exit::Code(2)) if has_output => (true, file_output(files.out.clone())),
-            // Exit 2 with nothing said: -s silenced every error, so the only
-            // trouble was files that vanished or could not be read during
-            // the walk (a concurrent write's temporary file, say); the
-            // target itself exists (checked before), and nothing readable
-            // matched.
-            Waited::Exited(Exit::Code(2)) if stderr.is_empty() => (false, Output::ok("no matches")),
-            Waited::Exited(exit) => {
-                let why = if stderr.is_empty() {
-                    format!("grep exited with status {}", exit.code())
-                } else {
-                    stderr
-                };
-                (false, Output::error(format!("grep: {why}")))
-            }
-        };
-        files.cleanup(keep_out);
-        output
+    fn verdict(&self, tally: &Tally, files: &CallFiles) -> Output {
+        if let Some(reason) = tally.ended {
+            files.cleanup(false);
+            return ended(reason);
+        }
+        if let Some(exit) = tally.error {
+            // grep prefixes its messages with its own path, which says
+            // nothing useful.
+            let prefix = format!("{}: ", self.grep.display());
+            let stderr = crate::output::read_head(&files.err, STDERR_LIMIT)
+                .map(|(s, _)| s.trim().replace(&prefix, ""))
+                .unwrap_or_default();
+            files.cleanup(false);
+            let why = if stderr.is_empty() {
+                format!("grep exited with status {}", exit.code())
+            } else {
+                stderr
+            };
+            return Output::error(format!("grep: {why}"));
+        }
+        if has_output(&files.out) {
+            files.cleanup(true);
+            file_output(files.out.clone())
+        } else {
+            files.cleanup(false);
+            Output::ok("no matches")
+        }
     }
+}
+
+fn has_output(path: &Path) -> bool {
+    file_len(path) > 0
+}
+
+fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// A grep the runner ended: what the model is told to do about it.
@@ -256,40 +418,4 @@ fn file_output(path: PathBuf) -> Output {
 
 fn timeout_ms(d: Duration) -> u128 {
     d.as_millis()
-}
-
-/// Finds grep on PATH and asks it once whether it has PCRE (`grep -P ''
-/// /dev/null` exits 1, "no match", when it does and 2 when it was built
-/// without). Runs at start-up, before the supervisor reaps children, so it
-/// waits for its own child; a grep that does not answer within the probe's
-/// bound is taken as having no PCRE.
-pub fn probe() -> GrepBinary {
-    let Some(path) = look_path("grep") else {
-        return GrepBinary::Missing;
-    };
-    let pcre = Command::new(&path)
-        .args(["-P", "", "/dev/null"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(|mut child| {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                match child.try_wait() {
-                    Ok(Some(status)) => return matches!(status.code(), Some(0 | 1)),
-                    Ok(None) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        return false;
-                    }
-                }
-            }
-        })
-        .unwrap_or(false);
-    tracing::info!(grep = %path.display(), pcre, "grep probed");
-    GrepBinary::Found { path, pcre }
 }

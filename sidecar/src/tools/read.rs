@@ -3,13 +3,14 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 
-use serde::Deserialize;
+use serde_json::Value;
 
-use super::{Ctx, parse, required};
 use crate::fsutil::{
     BINARY_SNIFF_BYTES, OpenError, describe, looks_binary, open_regular, read_capped,
 };
 use crate::output::Output;
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
 
 /// Most bytes one read returns, whole file or `view_range` selection (the
 /// reference's read cap).
@@ -18,11 +19,8 @@ pub use toolset::MAX_READ_BYTES;
 /// [`MAX_READ_BYTES`] as a length.
 const CAP: usize = MAX_READ_BYTES as usize;
 
-#[derive(Deserialize)]
-struct Input {
-    file_path: Option<String>,
-    view_range: Option<Vec<i64>>,
-}
+/// The reference's words for a view_range of any other shape.
+const VIEW_RANGE_SHAPE: &str = "read: view_range must be [start_line, end_line]";
 
 /// A read as its input asks for it, checked before the file is touched.
 struct Request {
@@ -31,17 +29,20 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("read", input)?;
-    let file_path = required("read", "file_path", &input.file_path)?.to_owned();
-    let range = match input.view_range.as_deref() {
-        None | Some([]) => None,
-        Some(&[start, end]) => Some((start, end)),
-        Some(_) => {
-            return Err(Output::error(
-                "read: view_range must be [start_line, end_line]",
-            ));
+    let input = parse("read", input)?;
+    let file_path = input.string("file_path")?;
+    let range = match input.get("view_range")? {
+        None => None,
+        Some(Value::Array(a)) if a.is_empty() => None,
+        Some(Value::Array(a)) => match (a.as_slice(), a.first().and_then(Value::as_i64)) {
+            ([_, end], Some(start)) => end.as_i64().map(|end| (start, end)),
+            _ => None,
         }
+        .map(Some)
+        .ok_or_else(|| Output::error(VIEW_RANGE_SHAPE))?,
+        Some(_) => return Err(Output::error(VIEW_RANGE_SHAPE)),
     };
+    let file_path = required("read", "file_path", &file_path)?.to_owned();
     Ok(Request { file_path, range })
 }
 

@@ -3,12 +3,19 @@
 //! Every call still gets a fresh `/bin/bash` (no state lives in a process),
 //! but starting one costs about as much as the rest of a small call put
 //! together. So the runner keeps one shell started and *parked*: it has
-//! done its start-up and stopped itself (SIGSTOP) before reading anything.
-//! A call hands it the session's verified snapshot and the command in its
-//! private in-memory stdin and continues it (SIGCONT); the next shell is
-//! started while the command runs. A parked shell that was killed, or never
-//! parked, is discarded and the call starts a shell of its own, which is
-//! what every call did before this existed.
+//! done its start-up and waits, before reading anything, for one line on a
+//! pipe whose only writer is the runner. A call hands it the session's
+//! verified snapshot and the command in its private in-memory stdin and
+//! writes that line; the next shell is started while the command runs. A
+//! parked shell that was killed is discarded and the call starts a shell of
+//! its own, which is what every call did before this existed.
+//!
+//! The pipe is also what ends a parked shell that outlives its runner: when
+//! the runner dies, however (SIGKILL included, and when it is not PID 1, so
+//! that nothing else would end its children), the kernel closes its end, the
+//! shell reads end-of-file instead of a line, and exits without running
+//! anything. A shell that stopped itself to park (as it once did) stayed
+//! stopped forever after such a death.
 //!
 //! Every shell starts from an empty environment: the state it evaluates is
 //! the environment (the snapshot, or for a fresh session the runner's own
@@ -16,23 +23,26 @@
 //! nothing from the call it will serve but what its stdin brings.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::Arc;
 
-use super::{BASH, Ctx};
-use crate::Error;
+use crate::error::Error;
 use crate::procs::MARKER_VAR;
-use crate::reaper::Spawned;
+use crate::reaper::{Spawned, Supervisor};
+use crate::tools::callfiles::CallFiles;
+use crate::tools::programs::BASH;
 
 /// The program each call runs, with `$0` = /bin/bash so that the shell's
 /// own messages read as bash's, and the command evaluated on the script's
 /// third line, followed by two newlines (a final backslash continues onto
 /// them instead of being printed), so that its error messages say the line
 /// numbers the reference's do. `$1` is where to write the next snapshot;
-/// `$2` is `park` for a shell started ahead of its call, which stops itself
-/// until the call continues it. Standard input holds the state to evaluate
+/// `$2` is `park` for a shell started ahead of its call, which waits for a
+/// line on the pipe at descriptor `$3` (end-of-file: the runner is gone,
+/// exit) and closes it before anything else runs. Standard input holds the state to evaluate
 /// and the command, each ended by a NUL (a seekable in-memory file, which
 /// bash reads in blocks; the command travels here rather than in argv, where
 /// the kernel refuses one argument over 128 KiB). A shell whose input is not
@@ -42,19 +52,27 @@ use crate::reaper::Spawned;
 /// model's business. stdin is /dev/null for the command. The save runs as an
 /// epilogue, and from the EXIT trap when the command calls `exit`; the call
 /// marker is never saved, so a later call's processes never carry it.
-pub const WRAPPER: &str = r#"__agent_next=$1; [[ $2 == park ]] && kill -STOP $$; set --; { IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd; } || exit 125; eval "$__agent_snap" 2>/dev/null; unset __agent_snap; exec 0</dev/null
-__agent_save() { export -n AGENTPLANE_CALL 2>/dev/null; { export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; } >"$__agent_next" 2>/dev/null; }; trap '__agent_rc=$?; __agent_save; exit $__agent_rc' EXIT
-eval "$__agent_cmd"$'\n\n'
-__agent_rc=$?; trap - EXIT; __agent_save; exit $__agent_rc
+///
+/// The working directory is the state's last line (`cd`), taken from where
+/// the shell really is: `$PWD` when it names that directory (so a path
+/// through a symbolic link keeps its name), the physical path when a
+/// command assigned `PWD` without moving. The shell starts in the workdir
+/// with `PWD` naming it, so a state without a `cd` (a session's first call,
+/// after `restart`) runs there, whatever the runner's own directory. When
+/// the saved directory cannot be entered any more (removed, or its mode
+/// changed), the command does not run somewhere the model did not choose:
+/// the call fails saying so and the shell is back in the workdir, where the
+/// next call runs. `builtin` keeps a model's function named `cd`, `printf`
+/// or `export` out of the state handling.
+pub const WRAPPER: &str = r#"__agent_next=$1 __agent_home=$PWD; [[ $2 == park ]] && { IFS= read -r -u "$3" __agent_go || exit 125; __agent_go=$3; exec {__agent_go}<&-; unset __agent_go; }; set --; { IFS= read -r -d '' __agent_snap && IFS= read -r -d '' __agent_cmd; } || exit 125; eval "$__agent_snap" 2>/dev/null; builtin unset __agent_snap __agent_gone; [[ $PWD -ef . ]] || { __agent_gone=$PWD; builtin cd -- "$__agent_home"; }; builtin unset __agent_home; builtin exec 0</dev/null
+__agent_save() { builtin export -n AGENTPLANE_CALL 2>/dev/null; builtin local d=$PWD; [[ $d -ef . ]] || d=$(builtin pwd -P 2>/dev/null) || d=$PWD; { builtin export -p; builtin declare -f; builtin printf 'builtin cd -- %q 2>/dev/null\n' "$d"; [[ ${OLDPWD+x} ]] && builtin printf 'OLDPWD=%q\n' "$OLDPWD"; } >"$__agent_next" 2>/dev/null; }; builtin trap '__agent_rc=$?; __agent_save; builtin exit $__agent_rc' EXIT; [[ ${__agent_gone+x} ]] && { builtin printf '%s: the working directory %s cannot be entered any more (it was removed, or its permissions changed), so the command did not run; the shell is now in %s, where the next command runs\n' "$0" "$__agent_gone" "$PWD" >&2; builtin exit 1; }
+builtin eval "$__agent_cmd"$'\n\n'
+__agent_rc=$?; builtin trap - EXIT; __agent_save; builtin exit $__agent_rc
 "#;
 
 /// Environment variables a model-driven shell never inherits from the runner
 /// (the reference scrubs the same namespace: API credentials).
 const SCRUBBED_PREFIXES: [&str; 1] = ["ANTHROPIC_"];
-
-/// How long a call waits for a just-started shell to park before starting
-/// its own instead.
-const PARK_WAIT: Duration = Duration::from_millis(100);
 
 /// One shell, started, not yet running a command.
 #[derive(Debug)]
@@ -69,7 +87,9 @@ pub struct Shell {
     pub watched: Vec<File>,
     /// Where the shell writes the session's next snapshot.
     pub next_snapshot: PathBuf,
-    parked: bool,
+    /// A parked shell's go-ahead: the write end of its pipe, held by the
+    /// runner alone. `None` once the shell runs.
+    go: Option<File>,
 }
 
 /// The state and command a call hands its shell, each NUL-ended.
@@ -109,10 +129,16 @@ pub fn is_identifier(name: &str) -> bool {
 }
 
 /// Whether a variable of this name reaches a model-driven shell: not the
-/// call marker (the runner sets it per call) and not a scrubbed name.
+/// call marker (the runner sets it per call), not `PWD` (the shell's own)
+/// and not a scrubbed name.
 pub fn passed_on(name: &str) -> bool {
-    name != MARKER_VAR && !SCRUBBED_PREFIXES.iter().any(|p| name.starts_with(p))
+    name != MARKER_VAR && name != OWN_NAME && !SCRUBBED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
+
+/// The variable a shell sets itself from where it starts: the runner's own
+/// `PWD` names the directory the runner was started from, and evaluated as
+/// state it would put every shell's `PWD` (and so its saved `cd`) there.
+const OWN_NAME: &str = "PWD";
 
 /// Appends `declare -x NAME='value'` (the value single-quoted, each `'`
 /// written as `'\''`), which the shell evaluates as its state. The caller
@@ -132,12 +158,23 @@ pub fn declare(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b"'\n");
 }
 
+/// What starting a shell needs of the runner: where it starts, where its
+/// files go, the runner instance its call marker names, and the supervisor
+/// that waits for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Spawner<'a> {
+    pub workdir: &'a Path,
+    pub files: &'a CallFiles,
+    pub instance: &'a str,
+    pub supervisor: &'a Arc<Supervisor>,
+}
+
 /// Starts a shell. With `payload`, it starts running at once; without, it
 /// parks until [`Shell::start`].
-pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
-    let out_path = ctx.call_file("shell", "out");
-    let err_path = ctx.call_file("shell", "err");
-    let next_snapshot = ctx.call_file("shell", "snap");
+pub fn spawn(ctx: Spawner<'_>, payload: Option<&[u8]>) -> Result<Shell, Error> {
+    let out_path = ctx.files.path("shell", "out");
+    let err_path = ctx.files.path("shell", "err");
+    let next_snapshot = ctx.files.path("shell", "snap");
     let remove = || {
         let _ = std::fs::remove_file(&out_path);
         let _ = std::fs::remove_file(&err_path);
@@ -177,18 +214,48 @@ pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
             return Err(Error::io("bash: cannot make the shell's input", e));
         }
     };
-    let marker = format!("{}.{}", ctx.instance, ctx.next_seq());
+    // A parked shell's pipe: both ends close-on-exec, the read end handed to
+    // the shell alone by the supervisor (see `Supervisor::spawn_with`).
+    // The read end is kept above 2, where the shell's own stdin, stdout and
+    // stderr go in the child and would replace it. (Rust's start-up reopens
+    // a closed standard descriptor on /dev/null, so pipe2 should never give
+    // one back; the pipe must not depend on that.)
+    let made = || -> std::io::Result<_> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let read = if read.as_raw_fd() < 3 {
+            read.try_clone()?
+        } else {
+            read
+        };
+        Ok((read, write))
+    };
+    let pipe = match payload {
+        Some(_) => None,
+        None => match made() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                remove();
+                return Err(Error::io("bash: cannot make a parked shell's pipe", e));
+            }
+        },
+    };
+    let marker = format!("{}.{}", ctx.instance, ctx.files.next_seq());
     let mut cmd = Command::new(BASH);
     cmd.args(["--noprofile", "--norc", "-c", WRAPPER, BASH])
-        .arg(&next_snapshot)
-        .arg(if payload.is_some() { "run" } else { "park" })
-        .current_dir(&ctx.workdir)
+        .arg(&next_snapshot);
+    match &pipe {
+        None => cmd.arg("run"),
+        Some((read, _)) => cmd.arg("park").arg(read.as_raw_fd().to_string()),
+    };
+    cmd.current_dir(ctx.workdir)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .env_clear()
+        .env(OWN_NAME, ctx.workdir)
         .env(MARKER_VAR, &marker);
-    let spawned = match ctx.supervisor.spawn(&mut cmd) {
+    let inherit = pipe.as_ref().map(|(read, _)| read.as_fd());
+    let spawned = match ctx.supervisor.spawn_with(&mut cmd, inherit) {
         Ok(s) => s.with_marker(format!("{MARKER_VAR}={marker}")),
         Err(e) => {
             remove();
@@ -202,46 +269,36 @@ pub fn spawn(ctx: &Ctx, payload: Option<&[u8]>) -> Result<Shell, Error> {
         err_path,
         watched,
         next_snapshot,
-        parked: payload.is_none(),
+        // The read end closes here: the shell holds the only copy.
+        go: pipe.map(|(_, write)| File::from(write)),
     })
 }
 
 impl Shell {
-    /// Hands a parked shell its payload and continues it. `Err` gives the
-    /// shell back when it cannot be used (it died, or never parked); the
-    /// caller discards it and starts its own.
-    pub async fn start(mut self, payload: &[u8]) -> Result<Shell, Shell> {
-        if !self.parked {
-            return Ok(self);
-        }
+    /// Hands a parked shell its payload and lets it go; whether it could.
+    /// One that could not (it died) is for the caller to discard before
+    /// starting its own.
+    pub fn start(&mut self, payload: &[u8]) -> bool {
+        let Some(mut go) = self.go.take() else {
+            return true;
+        };
         let pid = self.spawned.pid;
-        let mut waited = Duration::ZERO;
-        loop {
-            if self.spawned.has_exited() {
-                tracing::debug!(pid, "the parked shell has exited; starting another");
-                return Err(self);
-            }
-            match crate::procs::state(pid) {
-                Some('T') => break,
-                Some(_) if waited < PARK_WAIT => {
-                    tokio::time::sleep(Duration::from_micros(500)).await;
-                    waited += Duration::from_micros(500);
-                }
-                state => {
-                    tracing::debug!(pid, ?state, "the shell did not park; starting another");
-                    return Err(self);
-                }
-            }
+        if self.spawned.has_exited() {
+            tracing::debug!(pid, "the parked shell has exited; starting another");
+            return false;
         }
+        // The payload first: the shell reads it once it has its line.
         if self.input.write_all_at(payload, 0).is_err() {
-            return Err(self);
+            return false;
         }
-        use nix::sys::signal::{Signal, kill};
-        if kill(nix::unistd::Pid::from_raw(pid), Signal::SIGCONT).is_err() {
-            return Err(self);
+        use std::io::Write;
+        // A shell that died since is a broken pipe (EPIPE: the runner
+        // ignores SIGPIPE), and the call starts its own.
+        if go.write_all(b"go\n").is_err() {
+            tracing::debug!(pid, "the parked shell is gone; starting another");
+            return false;
         }
-        self.parked = false;
-        Ok(self)
+        true
     }
 
     /// Ends a shell that will not be used, and removes its files.
@@ -290,6 +347,8 @@ mod tests {
         for line in s.lines() {
             assert!(line.starts_with("declare -x "), "{line}");
             assert!(!line.contains("ANTHROPIC_"), "{line}");
+            // The runner's own directory is not the shell's.
+            assert!(!line.starts_with("declare -x PWD="), "{line}");
         }
     }
 
@@ -309,6 +368,7 @@ mod tests {
         }
         assert!(!passed_on("ANTHROPIC_API_KEY"));
         assert!(!passed_on(MARKER_VAR));
+        assert!(!passed_on("PWD"));
         assert!(passed_on("HOME"));
     }
 }

@@ -1,16 +1,10 @@
 //! write: a whole file, atomically, creating parent directories.
 
-use serde::Deserialize;
-
-use super::{Ctx, link_target, parse, replaced_link_note, required};
 use crate::fsutil::{atomic_write, describe, special_kind};
 use crate::output::Output;
-
-#[derive(Deserialize)]
-struct Input {
-    file_path: Option<String>,
-    content: Option<String>,
-}
+use crate::tools::ctx::Ctx;
+use crate::tools::input::{parse, required};
+use crate::tools::links::{link_target, replaced_link_note};
 
 /// A write as its input asks for it, checked before the disk is touched.
 struct Request {
@@ -19,10 +13,12 @@ struct Request {
 }
 
 fn request(input: &[u8]) -> Result<Request, Output> {
-    let input: Input = parse("write", input)?;
-    let file_path = required("write", "file_path", &input.file_path)?.to_owned();
+    let input = parse("write", input)?;
+    let file_path = input.string("file_path")?;
+    let content = input.string("content")?;
+    let file_path = required("write", "file_path", &file_path)?.to_owned();
     // Empty content is a legitimate write (truncate a file); absent is not.
-    let Some(content) = input.content else {
+    let Some(content) = content else {
         return Err(Output::error("write: content is required"));
     };
     // A trailing "/" names a directory; dropping it (as the reference's path

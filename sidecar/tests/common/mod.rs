@@ -22,6 +22,14 @@ pub struct Sidecar {
     /// regression that reads without bound fails the test instead of taking
     /// the machine down.
     pub limit_as: Option<u64>,
+    /// Where the binary is started (its working directory, and the `PWD`
+    /// it inherits); the test process's own when `None`.
+    pub cwd: Option<PathBuf>,
+    /// What `--workdir` says, when not `workdir` itself (a relative path,
+    /// or one through a symbolic link).
+    pub workdir_arg: Option<PathBuf>,
+    /// Variables added to the binary's environment.
+    pub env: Vec<(String, String)>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -41,6 +49,16 @@ impl Sidecar {
 
     /// A runner under an address-space limit.
     pub async fn start_limited(extra: &[&str], limit_as: Option<u64>) -> Sidecar {
+        Self::start_in(extra, limit_as, None).await
+    }
+
+    /// A runner started from `cwd`, as a user would start it by hand from
+    /// wherever their shell happens to be.
+    pub async fn start_from(cwd: &Path, extra: &[&str]) -> Sidecar {
+        Self::start_in(extra, None, Some(cwd.to_path_buf())).await
+    }
+
+    async fn start_in(extra: &[&str], limit_as: Option<u64>, cwd: Option<PathBuf>) -> Sidecar {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().to_path_buf();
         let workdir = root.join("work");
@@ -54,6 +72,9 @@ impl Sidecar {
             root,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             limit_as,
+            cwd,
+            workdir_arg: None,
+            env: Vec::new(),
             _dir: Some(dir),
         };
         s.spawn().await;
@@ -71,12 +92,16 @@ impl Sidecar {
             }
             None => Command::new(BIN),
         };
+        if let Some(cwd) = &self.cwd {
+            cmd.current_dir(cwd).env("PWD", cwd);
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd
             .arg("serve")
             .arg("--socket")
             .arg(&self.socket)
             .arg("--workdir")
-            .arg(&self.workdir)
+            .arg(self.workdir_arg.as_ref().unwrap_or(&self.workdir))
             .arg("--state-dir")
             .arg(&self.state)
             .arg("--spill-dir")
