@@ -12,7 +12,7 @@
 //! are the binary around it (its `main` only parses and dispatches);
 //! [`toolset_file`] reads the session's toolset for the ones that need it.
 //! The files import one way (no file imports one that imports it back;
-//! `tests/layout.rs` keeps it so), and none imports this one: an item is
+//! the workspace's `tests/structure` keeps it so), and none imports this one: an item is
 //! named at the module that defines it. The contract with callers -- the
 //! proto, the client, refusals, the command line the operator renders, exit
 //! codes -- lives in the `runner-api` crate.
