@@ -319,3 +319,113 @@ fn the_offline_check_denies_a_secret_reference_by_default() {
     );
     assert_eq!(v[0].report["valid"], false);
 }
+
+fn with_status(mut pod: Pod, status: serde_json::Value) -> Pod {
+    pod.metadata.uid = Some("pod-uid-1".into());
+    pod.status = Some(serde_json::from_value(status).expect("pod status"));
+    pod
+}
+
+fn plan_with(s: &AgentSession, pod: Option<Pod>) -> plan::Plan {
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let observed = Observed {
+        pod,
+        ..Observed::default()
+    };
+    plan::plan(s, &observed, &res, &bounded(), now())
+}
+
+fn limit_condition(p: &plan::Plan) -> Option<(String, String)> {
+    p.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "LimitReached")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+#[test]
+fn an_oom_killed_sandbox_shows_in_the_status_with_its_limit() {
+    let s = session(json!({}));
+    let pod = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Running", "containerStatuses": [{
+            "name": "sandbox", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {"startedAt": "2026-12-04T10:00:05Z"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-04T10:00:00Z"}},
+        }]}),
+    );
+    let p = plan_with(&s, Some(pod));
+    let (reason, message) = limit_condition(&p).expect("LimitReached");
+    assert_eq!(reason, "OOMKilled");
+    assert!(
+        message.contains("limit 1Gi") && message.contains("restarted"),
+        "{message}"
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|n| n.warning && n.reason == "OOMKilled"),
+        "{:?}",
+        p.events
+    );
+}
+
+#[test]
+fn a_runner_that_ended_the_sandbox_at_its_process_limit_is_reported_in_its_words() {
+    let s = session(json!({}));
+    let pod = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Running", "containerStatuses": [{
+            "name": "sandbox", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": runner_api::ended::PROCESS_LIMIT,
+                "message": "the sandbox reached its limit of 512 processes; every process in it was ended",
+                "finishedAt": "2026-12-04T10:00:00Z"}},
+        }]}),
+    );
+    let (reason, message) = limit_condition(&plan_with(&s, Some(pod))).expect("LimitReached");
+    assert_eq!(reason, "ProcessLimit");
+    assert!(message.contains("limit of 512 processes"), "{message}");
+    // Any other exit is no limit.
+    let plain = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Running", "containerStatuses": [{
+            "name": "sandbox", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {}},
+            "lastState": {"terminated": {"exitCode": 1}},
+        }]}),
+    );
+    assert_eq!(limit_condition(&plan_with(&s, Some(plain))), None);
+}
+
+#[test]
+fn an_evicted_sandbox_is_replaced_and_its_status_keeps_why() {
+    let s = session(json!({}));
+    let evicted = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Failed", "reason": "Evicted",
+               "message": "Usage of EmptyDir volume \"tmp\" exceeds the limit \"1Gi\". "}),
+    );
+    let p = plan_with(&s, Some(evicted));
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    let (reason, message) = limit_condition(&p).expect("LimitReached");
+    assert_eq!(reason, "Evicted");
+    assert!(
+        message.contains("\"tmp\" exceeds the limit \"1Gi\""),
+        "{message}"
+    );
+    // The next reconcile finds no pod, creates one, and keeps the reason.
+    let mut after = s.clone();
+    after.status = Some(p.status.clone());
+    let next = plan_with(&after, None);
+    assert!(matches!(next.pod, PodAction::Create(_)), "{:?}", next.pod);
+    assert_eq!(
+        limit_condition(&next).map(|c| c.0).as_deref(),
+        Some("Evicted")
+    );
+    assert!(
+        !next.events.iter().any(|n| n.reason == "Evicted"),
+        "the same eviction is not announced twice: {:?}",
+        next.events
+    );
+}
