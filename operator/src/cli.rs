@@ -20,7 +20,7 @@ use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
-use crate::sandbox::{EgressPolicy, PodConfig};
+use crate::sandbox::{DiskBounds, EgressPolicy, PodConfig};
 use crate::session::controller::SessionContext;
 use crate::{pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -41,10 +41,19 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Validate a manifest offline like the webhook, and print the status
     /// the operator would write, as JSON. Exits 1 when a session is invalid.
+    /// The session policy is the default (every guarded field denied)
+    /// unless `--values` or the policy flags say otherwise, as for the
+    /// operator itself.
     Check {
         /// The manifest (YAML or JSON, several documents allowed); - for stdin.
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// The chart values file the platform installed with: its
+        /// `sessionPolicy` is the policy checked against.
+        #[arg(long = "values", value_name = "FILE", conflicts_with_all = ["secret_refs", "configmap_refs", "runtime_classes", "node_selectors", "tolerations", "storage_classes", "max_ephemeral_storage"])]
+        values: Option<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
     /// Print the AgentSession CRD as YAML.
     Crd,
@@ -166,6 +175,26 @@ pub struct DefaultsArgs {
     /// afterwards, not running ones.
     #[arg(long = "sandbox-read-only-root")]
     pub read_only_root: bool,
+    /// Size limit of every sandbox's /tmp emptyDir.
+    #[arg(long = "default-tmp-size", value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub tmp_size: Option<String>,
+    /// Size limit of the runner's own emptyDir (socket, bash state, spilled
+    /// outputs) in every sandbox.
+    #[arg(long = "runner-scratch-size", value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub runner_scratch_size: Option<String>,
+    /// What a sandbox container's writable layer may hold; its
+    /// ephemeral-storage limit is this plus its volumes' limits, unless the
+    /// session sets one.
+    #[arg(long = "default-writable-layer-size", value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub writable_layer_size: Option<String>,
+    /// The ephemeral-storage request of a sandbox whose session sets none.
+    #[arg(long = "default-ephemeral-storage-request", value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub ephemeral_storage_request: Option<String>,
+    /// Run sandboxes in a user namespace (`hostUsers: false`); needs a
+    /// runtime that supports them (containerd >= 2.0, runc >= 1.2, Linux >=
+    /// 6.3), or their pods fail to start.
+    #[arg(long = "sandbox-user-namespaces")]
+    pub user_namespaces: bool,
 }
 
 /// A Kubernetes quantity as flags take it (`500m`, `2`, `1Gi`, `1.5G`),
@@ -185,7 +214,28 @@ fn parse_quantity(s: &str) -> Result<String, String> {
     }
 }
 
+/// A byte quantity (`512Mi`, `1Gi`, `2G`), checked at start-up.
+fn parse_bytes(s: &str) -> Result<String, String> {
+    match crate::quantity::bytes(s) {
+        Some(n) if n > 0 => Ok(s.to_owned()),
+        _ => Err(format!(
+            "{s:?} is not a positive byte quantity (e.g. 512Mi, 1Gi, 2G)"
+        )),
+    }
+}
+
 impl DefaultsArgs {
+    /// The disk bounds these flags set.
+    pub fn disk(&self) -> DiskBounds {
+        let q = |v: &Option<String>| v.clone().map(Quantity);
+        DiskBounds {
+            tmp: q(&self.tmp_size),
+            runner: q(&self.runner_scratch_size),
+            layer: q(&self.writable_layer_size),
+            request: q(&self.ephemeral_storage_request),
+        }
+    }
+
     /// The default resources, if any flag sets one.
     pub fn resources(&self) -> Option<ResourceRequirements> {
         let pick = |cpu: &Option<String>, memory: &Option<String>| {
@@ -227,6 +277,10 @@ pub struct PolicyArgs {
     /// A StorageClass workspace claims may name; repeatable.
     #[arg(long = "allow-storage-class", value_name = "NAME")]
     pub storage_classes: Vec<String>,
+    /// The most local disk (ephemeral-storage, emptyDir workspace size) a
+    /// session may ask for.
+    #[arg(long = "max-ephemeral-storage", value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub max_ephemeral_storage: Option<String>,
 }
 
 impl PolicyArgs {
@@ -239,6 +293,7 @@ impl PolicyArgs {
             node_selectors: self.node_selectors.iter().cloned().collect(),
             tolerations: self.tolerations,
             storage_classes: self.storage_classes.iter().cloned().collect(),
+            max_ephemeral_storage: self.max_ephemeral_storage.clone(),
         }
     }
 }
@@ -256,7 +311,11 @@ pub async fn main(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Check { file } => run_check(&file),
+        Command::Check {
+            file,
+            values,
+            policy,
+        } => run_check(&file, values.as_deref(), &policy),
         Command::Probe { url } => probe(&url).await,
         Command::Run(args) => match run(*args).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -296,26 +355,61 @@ async fn probe(url: &str) -> ExitCode {
     }
 }
 
-fn run_check(file: &std::path::Path) -> ExitCode {
-    let text = if file.as_os_str() == "-" {
-        let mut s = String::new();
-        match std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
-            Ok(_) => s,
-            Err(e) => {
-                eprintln!("agent-operator check: cannot read stdin: {e}");
-                return ExitCode::from(2);
-            }
-        }
+/// The most a manifest or values file `check` reads: far more than any
+/// manifest, and bounded so that `-f /dev/zero` ends with an error.
+const MAX_CHECK_INPUT: u64 = 16 << 20;
+
+/// Reads `path` (`-`: standard input), at most [`MAX_CHECK_INPUT`] bytes.
+fn read_bounded(path: &std::path::Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(MAX_CHECK_INPUT + 1)
+            .read_to_end(&mut bytes)
     } else {
-        match std::fs::read_to_string(file) {
-            Ok(s) => s,
+        std::fs::File::open(path).and_then(|f| f.take(MAX_CHECK_INPUT + 1).read_to_end(&mut bytes))
+    };
+    let shown = if path.as_os_str() == "-" {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    };
+    read.map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_CHECK_INPUT {
+        return Err(format!(
+            "{shown} is larger than {} MiB",
+            MAX_CHECK_INPUT >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))
+}
+
+fn run_check(
+    file: &std::path::Path,
+    values: Option<&std::path::Path>,
+    flags: &PolicyArgs,
+) -> ExitCode {
+    let policy = match values {
+        Some(v) => match read_bounded(v).and_then(|t| {
+            SessionPolicy::from_chart_values(&t).map_err(|e| format!("{}: {e}", v.display()))
+        }) {
+            Ok(p) => p,
             Err(e) => {
-                eprintln!("agent-operator check: cannot read {}: {e}", file.display());
+                eprintln!("agent-operator check: {e}");
                 return ExitCode::from(2);
             }
+        },
+        None => flags.policy(),
+    };
+    let text = match read_bounded(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("agent-operator check: {e}");
+            return ExitCode::from(2);
         }
     };
-    let verdicts = match check::check_manifest(&text) {
+    let verdicts = match check::check_manifest(&text, &policy) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("agent-operator check: {}: {e}", file.display());
@@ -465,6 +559,8 @@ fn pod_config(args: &RunArgs) -> PodConfig {
         default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
         egress: args.egress.policy(),
         read_only_root: args.defaults.read_only_root,
+        disk: args.defaults.disk(),
+        host_users: args.defaults.user_namespaces.then_some(false),
     }
 }
 

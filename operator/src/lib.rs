@@ -27,6 +27,7 @@ pub mod leader;
 pub mod listen;
 pub mod names;
 pub mod policy;
+pub mod quantity;
 pub mod resolution;
 pub mod sandbox;
 pub mod validation;

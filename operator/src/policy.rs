@@ -32,6 +32,65 @@ pub struct SessionPolicy {
     /// StorageClasses a workspace claim may name (unset always allowed: the
     /// cluster's default class).
     pub storage_classes: BTreeSet<String>,
+    /// The most local disk a session may ask for: its ephemeral-storage
+    /// request and limit, and an emptyDir workspace's size limit. `None`
+    /// caps nothing.
+    pub max_ephemeral_storage: Option<String>,
+}
+
+/// The `sessionPolicy` section of the chart's values, as the chart's
+/// schema defines it (an unknown key is an error, as `helm install` makes
+/// it): `agent-operator check --values` reads the same file the platform
+/// installs the chart with, so the offline verdict is the webhook's.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ChartPolicy {
+    #[serde(default)]
+    secret_refs: Vec<String>,
+    #[serde(default)]
+    config_map_refs: Vec<String>,
+    #[serde(default)]
+    runtime_classes: Vec<String>,
+    #[serde(default)]
+    node_selectors: Vec<String>,
+    #[serde(default)]
+    allow_tolerations: bool,
+    #[serde(default)]
+    storage_classes: Vec<String>,
+    #[serde(default)]
+    max_ephemeral_storage: Option<String>,
+}
+
+impl SessionPolicy {
+    /// The policy a chart values file (YAML) installs: its `sessionPolicy`
+    /// section, or the default (deny every guarded field) when it has none.
+    pub fn from_chart_values(text: &str) -> Result<Self, String> {
+        let values: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
+        let section = match values.get("sessionPolicy") {
+            None | Some(serde_yaml::Value::Null) => return Ok(Self::default()),
+            Some(v) => v.clone(),
+        };
+        let chart: ChartPolicy = serde_path_to_error::deserialize(section)
+            .map_err(|e| format!("sessionPolicy.{}: {}", e.path(), e.inner()))?;
+        if let Some(max) = &chart.max_ephemeral_storage
+            && !max.is_empty()
+            && crate::quantity::bytes(max).is_none()
+        {
+            return Err(format!(
+                "sessionPolicy.maxEphemeralStorage: {max:?} is not a byte quantity (e.g. 20Gi)"
+            ));
+        }
+        Ok(Self {
+            secret_refs: chart.secret_refs.into_iter().collect(),
+            configmap_refs: chart.config_map_refs.into_iter().collect(),
+            runtime_classes: chart.runtime_classes.into_iter().collect(),
+            node_selectors: chart.node_selectors.into_iter().collect(),
+            tolerations: chart.allow_tolerations,
+            storage_classes: chart.storage_classes.into_iter().collect(),
+            max_ephemeral_storage: chart.max_ephemeral_storage.filter(|m| !m.is_empty()),
+        })
+    }
 }
 
 fn deny(path: String, message: String) -> Finding {
@@ -44,7 +103,50 @@ pub fn check(spec: &AgentSessionSpec, policy: &SessionPolicy) -> Vec<Finding> {
     check_env(spec, policy, &mut out);
     check_placement(spec, policy, &mut out);
     check_workspace(spec, policy, &mut out);
+    check_disk(spec, policy, &mut out);
     out
+}
+
+/// A session's ephemeral-storage request and limit, and its emptyDir
+/// workspace's size, within the platform's cap.
+fn check_disk(spec: &AgentSessionSpec, policy: &SessionPolicy, out: &mut Vec<Finding>) {
+    let Some(max) = policy.max_ephemeral_storage.as_deref() else {
+        return;
+    };
+    let Some(cap) = crate::quantity::bytes(max) else {
+        return;
+    };
+    let mut asked: Vec<(String, &str)> = Vec::new();
+    if let Some(r) = &spec.resources {
+        for (kind, map) in [("requests", &r.requests), ("limits", &r.limits)] {
+            if let Some(q) = map.as_ref().and_then(|m| m.get("ephemeral-storage")) {
+                asked.push((format!("spec.resources.{kind}.ephemeral-storage"), &q.0));
+            }
+        }
+    }
+    if let Some(q) = spec
+        .workspace
+        .as_ref()
+        .and_then(|w| w.empty_dir.as_ref())
+        .and_then(|e| e.size_limit.as_ref())
+    {
+        asked.push(("spec.workspace.emptyDir.sizeLimit".into(), &q.0));
+    }
+    for (path, q) in asked {
+        match crate::quantity::bytes(q) {
+            Some(n) if n <= cap => {}
+            Some(_) => out.push(deny(
+                path,
+                format!(
+                    "{q} is more local disk than the platform allows a session ({max}, sessionPolicy.maxEphemeralStorage)"
+                ),
+            )),
+            None => out.push(deny(
+                path,
+                format!("{q:?} is not a byte quantity (e.g. 2Gi)"),
+            )),
+        }
+    }
 }
 
 fn check_env(spec: &AgentSessionSpec, policy: &SessionPolicy, out: &mut Vec<Finding>) {

@@ -37,4 +37,45 @@ pub struct PodConfig {
     /// Mount the sandbox's root filesystem read-only (the workspace, `/tmp`
     /// and the runner's own directories stay writable volumes).
     pub read_only_root: bool,
+    /// The sandbox's disk bounds besides the workspace.
+    pub disk: DiskBounds,
+    /// Run sandboxes in a user namespace (`hostUsers: false`) where the
+    /// node's runtime supports it; `None` leaves the field unset.
+    pub host_users: Option<bool>,
+}
+
+/// What a sandbox may write besides its workspace. Every emptyDir is
+/// sized and the container's ephemeral storage is limited to the sum of
+/// what its volumes and writable layer may hold, so the kubelet evicts a
+/// sandbox that writes past them instead of letting it fill the node's
+/// disk. All unset (an operator started without the flags, or a pod built
+/// before they existed) leaves those bounds off.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskBounds {
+    /// Size limit of the `/tmp` emptyDir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<Quantity>,
+    /// Size limit of the runner's own emptyDir (socket, bash state, spill
+    /// files of outputs over the model's budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<Quantity>,
+    /// What the container's writable layer (and its logs) may hold: what
+    /// the image's own directories take when the agent installs packages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<Quantity>,
+    /// The container's ephemeral-storage request (what the scheduler
+    /// reserves on the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Quantity>,
+}
+
+impl DiskBounds {
+    /// Whether any disk bound is set.
+    pub fn any(&self) -> bool {
+        self.tmp.is_some()
+            || self.runner.is_some()
+            || self.layer.is_some()
+            || self.request.is_some()
+    }
 }

@@ -25,6 +25,7 @@
 pub mod binding;
 pub mod call_id;
 pub mod client;
+pub mod ended;
 pub mod error;
 pub mod exit;
 pub mod invocation;

@@ -448,6 +448,9 @@ evictionHard:
   imagefs.inodesFree: "1%"
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
+# Every pod's process budget (the chart documents it as a requirement): a
+# fork bomb in one sandbox ends at its own pod's limit, not the node's.
+podPidsLimit: 1024
 nodeStatusReportFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s

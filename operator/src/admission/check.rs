@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::admission::review;
+use crate::policy::{self, SessionPolicy};
 use crate::resolution::{self, Listings};
 use crate::validation;
 
@@ -15,9 +17,10 @@ pub struct Verdict {
     pub report: Value,
 }
 
-/// Checks every AgentSession in a (multi-document) YAML or JSON text. Other
-/// kinds are skipped; a document that is not YAML is an error.
-pub fn check_manifest(text: &str) -> Result<Vec<Verdict>, String> {
+/// Checks every AgentSession in a (multi-document) YAML or JSON text under
+/// the platform's session `policy`, as the webhook does. Other kinds are
+/// skipped; a document that is not YAML is an error.
+pub fn check_manifest(text: &str, policy: &SessionPolicy) -> Result<Vec<Verdict>, String> {
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
@@ -46,13 +49,15 @@ pub fn check_manifest(text: &str) -> Result<Vec<Verdict>, String> {
             }
         };
         let entries = validation::entries(&spec);
-        let findings = validation::check(&spec, &entries);
+        let findings = review::verdict(&spec, policy);
+        let denied = policy::check(&spec, policy);
         let errors: Vec<String> = findings.errors.iter().map(ToString::to_string).collect();
         let offline: Listings = resolution::servers_to_list(&spec, &entries)
             .into_iter()
             .map(|(server, _)| (server, Err("not listed: offline check".to_owned())))
             .collect();
-        let res = resolution::resolve(&spec, &entries, &offline);
+        let mut res = resolution::resolve(&spec, &entries, &offline);
+        resolution::apply_policy(&mut res, &denied);
         let conditions: Vec<Value> = res
             .conditions
             .iter()

@@ -8,7 +8,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
 use crate::policy::{self, SessionPolicy};
-use crate::validation::{check_spec, decode_spec};
+use crds::AgentSessionSpec;
+
+use crate::validation::{Findings, check_spec, decode_spec};
 
 /// What the webhook decided, before it is wrapped for the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,8 +40,7 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, session_policy: &SessionPol
         Ok(s) => s,
         Err(finding) => return deny(finding.to_string()),
     };
-    let mut findings = check_spec(&spec);
-    findings.errors.extend(policy::check(&spec, session_policy));
+    let findings = verdict(&spec, session_policy);
     if findings.is_valid() {
         Decision {
             allowed: true,
@@ -53,6 +54,15 @@ pub fn decide(req: &AdmissionRequest<DynamicObject>, session_policy: &SessionPol
             warnings: findings.warnings,
         }
     }
+}
+
+/// The findings the webhook decides by: the spec's rules, then the
+/// platform's session policy. The offline `check` calls this too, so its
+/// verdict is the webhook's.
+pub fn verdict(spec: &AgentSessionSpec, session_policy: &SessionPolicy) -> Findings {
+    let mut findings = check_spec(spec);
+    findings.errors.extend(policy::check(spec, session_policy));
+    findings
 }
 
 fn deny(message: String) -> Decision {

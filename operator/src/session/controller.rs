@@ -21,6 +21,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
+use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -441,6 +442,32 @@ fn generation_or_wake(session: &Watched) -> Option<u64> {
     Some(h.finish())
 }
 
+/// The label every object the operator makes carries.
+const MANAGED: &str = "app.kubernetes.io/managed-by=agentplane";
+
+/// A metadata-only watch of the operator's objects of kind `K`: enough to
+/// know a session's object changed or went, without caching a toolset's
+/// bytes per session.
+fn owned_metadata<K>(
+    ctx: &Context,
+) -> impl futures::Stream<Item = std::result::Result<PartialObjectMeta<K>, watcher::Error>>
++ Send
++ 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = Api::all(ctx.client.clone());
+    watcher(api, watcher::Config::default().labels(MANAGED))
+        .default_backoff()
+        .touched_objects()
+}
+
 /// Runs the controller until `shutdown` resolves.
 ///
 /// Sessions trigger a reconcile only when their generation changes (a spec
@@ -463,10 +490,12 @@ pub async fn run(
         .predicate_filter(generation_or_wake, Default::default());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let sessions = Controller::for_stream(changed, reader)
-        .owns(
-            pods,
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=agentplane"),
-        )
+        .owns(pods, watcher::Config::default().labels(MANAGED))
+        // The fences: a removed or changed NetworkPolicy, ConfigMap or
+        // claim wakes its session, whose reconcile applies it again.
+        .owns_stream(owned_metadata::<NetworkPolicy>(&ctx))
+        .owns_stream(owned_metadata::<ConfigMap>(&ctx))
+        .owns_stream(owned_metadata::<PersistentVolumeClaim>(&ctx))
         .with_config(controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx.clone())

@@ -261,7 +261,28 @@ fn running_status(
     if let Some(spec) = warm_condition(session, observed, previous) {
         push_condition(&mut status, spec, previous, generation, now);
     }
+    // The last bound the sandbox hit: from the pod that shows it, else as
+    // the last status said (a replaced pod no longer shows it).
+    let limit = observed
+        .pod
+        .as_ref()
+        .and_then(status::limit_reached)
+        .or_else(|| carried(previous, "LimitReached"));
+    if let Some(spec) = limit {
+        push_condition(&mut status, spec, previous, generation, now);
+    }
     status
+}
+
+/// The condition of type `type_` as `previous` has it.
+fn carried(previous: Option<&AgentSessionStatus>, type_: &'static str) -> Option<CondSpec> {
+    let old = previous?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some(CondSpec {
+        type_,
+        status: old.status == "True",
+        reason: old.reason.clone(),
+        message: old.message.clone(),
+    })
 }
 
 /// A claimed warm pod whose recorded binding is not the ConfigMap's data
@@ -329,16 +350,7 @@ fn warm_condition(
     if let Some(claimed) = observed.pod.as_ref().and_then(claim::claimed_condition) {
         return Some(claimed);
     }
-    let old = previous?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "WarmPool")?;
-    Some(CondSpec {
-        type_: "WarmPool",
-        status: old.status == "True",
-        reason: old.reason.clone(),
-        message: old.message.clone(),
-    })
+    carried(previous, "WarmPool")
 }
 
 /// Whether the session uses suspension at all (its status then carries a
@@ -556,6 +568,17 @@ fn decide_pod(
     let desired = pod::build_pod(session, cfg);
     match existing {
         Some(_) if going => (PodAction::WaitForDeletion, Vec::new(), None),
+        // Evicted (past a disk bound, or by node pressure): the pod stays
+        // Failed until deleted; the session gets a new one, and its
+        // LimitReached condition says why.
+        Some(p) if status::evicted(p) => (
+            delete(p),
+            vec![Note::warning(
+                "ReplacingEvictedPod",
+                format!("pod {pod_name} was evicted; starting a new sandbox"),
+            )],
+            None,
+        ),
         Some(p) if !current(session, cfg, p) => (
             delete(p),
             vec![Note::normal(
@@ -674,6 +697,7 @@ pub fn status_events(
                 out.push(Note::normal("Finished", c.message.clone()));
             }
             ("Suspended", "True", _) => out.push(Note::normal("Suspended", c.message.clone())),
+            ("LimitReached", "True", _) => out.push(Note::warning(&c.reason, c.message.clone())),
             ("WarmPool", "True", _) => out.push(Note::normal("ClaimedWarmPod", c.message.clone())),
             ("WarmPool", "False", _) => out.push(Note::warning(&c.reason, c.message.clone())),
             ("Suspended", "False", _) if old("Suspended").is_some() => {

@@ -13,7 +13,8 @@
 use std::collections::BTreeMap;
 
 use crate::names::{Names, SPEC_HASH_ANNOTATION, owned_meta};
-use crate::sandbox::PodConfig;
+use crate::quantity;
+use crate::sandbox::{DiskBounds, PodConfig};
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -107,13 +108,20 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-fn empty_dir(name: &str) -> Volume {
+fn empty_dir(name: &str, size_limit: Option<Quantity>) -> Volume {
     Volume {
         name: name.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit,
+            ..EmptyDirVolumeSource::default()
+        }),
         ..Volume::default()
     }
 }
+
+/// The size limit of the emptyDir the runner binary is copied into: the
+/// static binary is tens of MiB; nothing else is written there.
+pub const BIN_VOLUME_SIZE: &str = "128Mi";
 
 /// The sandbox pod of a session, carrying the hash of its own spec.
 pub fn build_pod(session: &AgentSession, cfg: &PodConfig) -> Pod {
@@ -135,9 +143,9 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         init_containers: Some(vec![install_container(cfg)]),
         containers: vec![sandbox_container(session, cfg, warm)],
         volumes: Some(vec![
-            empty_dir(BIN_VOLUME),
-            empty_dir(RUN_VOLUME),
-            empty_dir("tmp"),
+            empty_dir(BIN_VOLUME, bin_limit(cfg)),
+            empty_dir(RUN_VOLUME, cfg.disk.runner.clone()),
+            empty_dir("tmp", cfg.disk.tmp.clone()),
             Volume {
                 name: "toolset".to_owned(),
                 config_map: Some(ConfigMapVolumeSource {
@@ -162,6 +170,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         node_selector: (!spec.node_selector.is_empty()).then(|| spec.node_selector.clone()),
         tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
         termination_grace_period_seconds: Some(30),
+        host_users: cfg.host_users,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(SANDBOX_UID),
@@ -183,6 +192,8 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         default_resources: cfg.default_resources.clone(),
         default_workspace_limit: cfg.default_workspace_limit.clone(),
         read_only_root: cfg.read_only_root,
+        disk: cfg.disk.clone(),
+        host_users: cfg.host_users,
     };
     metadata.annotations = Some(BTreeMap::from([
         (SPEC_HASH_ANNOTATION.to_owned(), hash),
@@ -320,10 +331,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
         args: Some(serve(session, warm).args()),
         working_dir: Some(spec.workdir.clone()),
         env: Some(env),
-        resources: spec
-            .resources
-            .clone()
-            .or_else(|| cfg.default_resources.clone()),
+        resources: resources(session, cfg),
         volume_mounts: Some(vec![
             mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
             mount(RUN_VOLUME, RUN_DIR, false),
@@ -342,6 +350,97 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
         security_context: Some(hardened(cfg.read_only_root)),
         ..Container::default()
     }
+}
+
+/// The sandbox container's resources: the session's, with the platform's
+/// defaults. Without disk bounds (a pod built before them) the session's
+/// resources are taken whole or the defaults whole, as they always were.
+/// With them, every resource the session leaves unbounded is bounded: a
+/// missing limit is the default limit (never below the session's own
+/// request), a missing request the default request (never above the
+/// session's limit), and the ephemeral-storage limit, unless the session
+/// sets one, covers what the pod's volumes and writable layer may hold
+/// (the kubelet compares the pod's whole disk use with it).
+fn resources(session: &AgentSession, cfg: &PodConfig) -> Option<ResourceRequirements> {
+    let own = session.spec.resources.clone();
+    if !cfg.disk.any() {
+        return own.or_else(|| cfg.default_resources.clone());
+    }
+    let own = own.unwrap_or_default();
+    let mut requests = own.requests.clone().unwrap_or_default();
+    let mut limits = own.limits.clone().unwrap_or_default();
+    let defaults = cfg.default_resources.clone().unwrap_or_default();
+    for (name, default) in defaults.limits.iter().flatten() {
+        if !limits.contains_key(name) {
+            let floor = requests.get(name);
+            limits.insert(name.clone(), larger(default, floor));
+        }
+    }
+    for (name, default) in defaults.requests.iter().flatten() {
+        if !requests.contains_key(name) {
+            let ceiling = limits.get(name);
+            requests.insert(name.clone(), smaller(default, ceiling));
+        }
+    }
+    const EPHEMERAL: &str = "ephemeral-storage";
+    if !limits.contains_key(EPHEMERAL)
+        && let Some(total) = disk_total(session, cfg)
+    {
+        let floor = requests.get(EPHEMERAL).and_then(quantity::of).unwrap_or(0);
+        limits.insert(EPHEMERAL.to_owned(), quantity::from_bytes(total.max(floor)));
+    }
+    if !requests.contains_key(EPHEMERAL)
+        && let Some(request) = &cfg.disk.request
+    {
+        requests.insert(
+            EPHEMERAL.to_owned(),
+            smaller(request, limits.get(EPHEMERAL)),
+        );
+    }
+    Some(ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..own
+    })
+}
+
+fn larger(a: &Quantity, b: Option<&Quantity>) -> Quantity {
+    match b {
+        Some(b) if quantity::millis(&b.0) > quantity::millis(&a.0) => b.clone(),
+        _ => a.clone(),
+    }
+}
+
+fn smaller(a: &Quantity, b: Option<&Quantity>) -> Quantity {
+    match b {
+        Some(b) if quantity::millis(&b.0) < quantity::millis(&a.0) => b.clone(),
+        _ => a.clone(),
+    }
+}
+
+fn bin_limit(cfg: &PodConfig) -> Option<Quantity> {
+    cfg.disk.any().then(|| Quantity(BIN_VOLUME_SIZE.to_owned()))
+}
+
+/// What the pod may write to local disk: its emptyDirs (the workspace
+/// when it is one) and the container's writable layer. `None` when one of
+/// them is unbounded: a limit on the sum would then silently bound the
+/// unbounded part instead.
+fn disk_total(session: &AgentSession, cfg: &PodConfig) -> Option<u128> {
+    let workspace = match workspace_volume(session, cfg).empty_dir {
+        Some(e) => quantity::of(e.size_limit.as_ref()?)?,
+        None => 0,
+    };
+    let bin = bin_limit(cfg);
+    let parts = [
+        cfg.disk.tmp.as_ref(),
+        cfg.disk.runner.as_ref(),
+        cfg.disk.layer.as_ref(),
+        bin.as_ref(),
+    ];
+    parts
+        .into_iter()
+        .try_fold(workspace, |sum, q| sum.checked_add(quantity::of(q?)?))
 }
 
 /// The operator-level choices `pod` was built with: its runner image, and
@@ -364,6 +463,8 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         default_resources: None,
         default_workspace_limit: None,
         read_only_root: false,
+        disk: DiskBounds::default(),
+        host_users: None,
     });
     PodConfig {
         runner_image: built.runner_image,
@@ -372,6 +473,8 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         default_workspace_limit: built.default_workspace_limit,
         egress: cfg.egress.clone(),
         read_only_root: built.read_only_root,
+        disk: built.disk,
+        host_users: built.host_users,
     }
 }
 
@@ -386,6 +489,16 @@ struct BuiltWith {
     default_workspace_limit: Option<Quantity>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     read_only_root: bool,
+    /// Absent on pods built before disk bounds existed: they were built
+    /// without them, and keep being judged so.
+    #[serde(default, skip_serializing_if = "is_unbounded")]
+    disk: DiskBounds,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host_users: Option<bool>,
+}
+
+fn is_unbounded(d: &DiskBounds) -> bool {
+    !d.any()
 }
 
 /// Annotation recording the operator-level settings a pod was built with.

@@ -104,6 +104,93 @@ fn waiting(status: Option<&PodStatus>, phase: &str) -> CondSpec {
     }
 }
 
+/// `LimitReached`, when the pod shows that its sandbox hit one of its
+/// bounds: the kubelet evicted it (disk), its container was OOM-killed, or
+/// the runner ended it at the process limit or after an OOM kill (its exit
+/// code and termination message say which). The message names the limit
+/// and when, so a second hit is a new message (and a new event).
+pub fn limit_reached(pod: &Pod) -> Option<CondSpec> {
+    let hit = |reason: &str, message: String| CondSpec {
+        type_: "LimitReached",
+        status: true,
+        reason: reason.to_owned(),
+        message,
+    };
+    let status = pod.status.as_ref()?;
+    if status.reason.as_deref() == Some("Evicted") {
+        let why = status.message.as_deref().unwrap_or("the node evicted it");
+        return Some(hit("Evicted", format!("the sandbox was evicted: {why}")));
+    }
+    let sandbox = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == crate::session::pod::SANDBOX_CONTAINER)?;
+    let ended = sandbox
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| sandbox.last_state.as_ref()?.terminated.as_ref())?;
+    let at = ended
+        .finished_at
+        .as_ref()
+        .map_or_else(|| "an unknown time".to_owned(), |t| t.0.to_string());
+    let restarted = sandbox
+        .state
+        .as_ref()
+        .is_some_and(|s| s.terminated.is_none());
+    let after = if restarted {
+        "; it restarted with its workspace and bash state"
+    } else {
+        ""
+    };
+    let memory = memory_limit(pod).unwrap_or_else(|| "its memory limit".to_owned());
+    if ended.reason.as_deref() == Some("OOMKilled") {
+        return Some(hit(
+            "OOMKilled",
+            format!(
+                "the sandbox ran out of memory ({memory}) at {at}; every process in it was ended{after}"
+            ),
+        ));
+    }
+    let report = runner_api::ended::Ended::from_exit_code(ended.exit_code)?;
+    let said = ended
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(|m| toolset::truncate_runes(m, 512).to_owned());
+    let message = match (report, said) {
+        (_, Some(m)) => format!("{m} (at {at}){after}"),
+        (runner_api::ended::Ended::OutOfMemory, None) => format!(
+            "a process in the sandbox ran out of memory ({memory}) at {at}; every process in it was ended{after}"
+        ),
+        (runner_api::ended::Ended::ProcessLimit, None) => format!(
+            "the sandbox reached its process limit at {at}; every process in it was ended{after}"
+        ),
+    };
+    Some(hit(report.reason(), message))
+}
+
+/// The sandbox container's memory limit, as its pod spec says.
+fn memory_limit(pod: &Pod) -> Option<String> {
+    let c = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == crate::session::pod::SANDBOX_CONTAINER)?;
+    let q = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+    Some(format!("limit {}", q.0))
+}
+
+/// Whether the kubelet evicted `pod` (it stays Failed until deleted).
+pub fn evicted(pod: &Pod) -> bool {
+    pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("Evicted")
+    })
+}
+
 /// Conditions in metav1 shape. A condition whose status did not change
 /// keeps its lastTransitionTime from `previous`.
 pub fn conditions(

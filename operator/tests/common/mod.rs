@@ -16,6 +16,8 @@ pub fn cfg() -> PodConfig {
         default_workspace_limit: None,
         egress: operator::sandbox::EgressPolicy::default(),
         read_only_root: false,
+        disk: operator::sandbox::DiskBounds::default(),
+        host_users: None,
     }
 }
 

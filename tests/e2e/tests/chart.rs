@@ -277,8 +277,17 @@ fn walk(k: &Kubectl, chart: &str) {
         "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: warm\nspec:\n  image: {}\n  warmPool: chart-pool\n  tools: [{{type: agent_toolset_20260401}}]\n",
         sandbox_image()
     );
-    let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&warm));
-    assert!(r.ok, "{}", r.stderr);
+    // The upgrade just scaled the operator down: the webhook Service may
+    // still route a first call to the replica that is going away.
+    wait_for(
+        "the webhook to admit the warm session",
+        Duration::from_secs(60),
+        || {
+            k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&warm))
+                .ok
+                .then_some(())
+        },
+    );
     let o = wait_for("the warm session", Duration::from_secs(120), || {
         let o = k.get(&["agentsession", "warm", "-n", &ns.name])?;
         (o["status"]["phase"] == "Ready").then_some(o)
