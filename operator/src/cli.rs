@@ -20,7 +20,7 @@ use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
-use crate::sandbox::{DiskBounds, EgressPolicy, PodConfig};
+use crate::sandbox::{DiskBounds, EgressPolicy, PodConfig, RunnerWatch};
 use crate::session::controller::SessionContext;
 use crate::{pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -190,6 +190,16 @@ pub struct DefaultsArgs {
     /// The ephemeral-storage request of a sandbox whose session sets none.
     #[arg(long = "default-ephemeral-storage-request", value_name = "QUANTITY", value_parser = parse_bytes)]
     pub ephemeral_storage_request: Option<String>,
+    /// The runner ends every process of a sandbox that runs this many
+    /// processes and threads, and restarts clean; set it below the nodes'
+    /// kubelet podPidsLimit.
+    #[arg(long = "sandbox-max-processes", value_name = "N", value_parser = clap::value_parser!(u32).range(8..))]
+    pub max_processes: Option<u32>,
+    /// The runner ends every process of a sandbox in which the kernel
+    /// killed one for memory, and restarts clean (as nodes on cgroup v2
+    /// kill a container whole).
+    #[arg(long = "sandbox-end-on-oom")]
+    pub end_on_oom: bool,
     /// Run sandboxes in a user namespace (`hostUsers: false`); needs a
     /// runtime that supports them (containerd >= 2.0, runc >= 1.2, Linux >=
     /// 6.3), or their pods fail to start.
@@ -561,6 +571,10 @@ fn pod_config(args: &RunArgs) -> PodConfig {
         read_only_root: args.defaults.read_only_root,
         disk: args.defaults.disk(),
         host_users: args.defaults.user_namespaces.then_some(false),
+        watch: RunnerWatch {
+            max_processes: args.defaults.max_processes,
+            end_on_oom: args.defaults.end_on_oom,
+        },
     }
 }
 

@@ -42,6 +42,28 @@ pub struct PodConfig {
     /// Run sandboxes in a user namespace (`hostUsers: false`) where the
     /// node's runtime supports it; `None` leaves the field unset.
     pub host_users: Option<bool>,
+    /// What the runner itself watches in its sandbox.
+    pub watch: RunnerWatch,
+}
+
+/// The bounds the runner enforces inside its sandbox (see the runner's
+/// `watch` module): it ends every process and restarts clean at the
+/// process limit, or after the kernel killed a process for memory, and
+/// says why in the termination log the operator reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerWatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub end_on_oom: bool,
+}
+
+impl RunnerWatch {
+    /// Whether the runner watches anything.
+    pub fn any(&self) -> bool {
+        self.max_processes.is_some() || self.end_on_oom
+    }
 }
 
 /// What a sandbox may write besides its workspace. Every emptyDir is

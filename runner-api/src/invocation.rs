@@ -75,6 +75,14 @@ pub struct Serve {
     /// file (a [`crate::Binding`]) and the `--toolset` file appear, then
     /// serves the session they name.
     pub await_binding: Option<String>,
+    /// `--max-processes`: end the sandbox (exit
+    /// [`crate::ended::PROCESS_LIMIT`]) when it runs this many tasks.
+    pub max_processes: Option<u32>,
+    /// `--end-on-oom`: end the sandbox (exit [`crate::ended::OUT_OF_MEMORY`])
+    /// when the kernel kills a process in it for memory.
+    pub end_on_oom: bool,
+    /// `--termination-log`: where the runner says why it ended the sandbox.
+    pub termination_log: Option<String>,
 }
 
 impl Serve {
@@ -91,6 +99,9 @@ impl Serve {
             spill_dir: None,
             idle_timeout_seconds: None,
             await_binding: None,
+            max_processes: None,
+            end_on_oom: false,
+            termination_log: None,
         }
     }
 }
@@ -116,6 +127,11 @@ impl Invocation for Serve {
             self.idle_timeout_seconds.map(|s| s.to_string()),
         );
         flag("--await-binding", self.await_binding.clone());
+        flag("--max-processes", self.max_processes.map(|n| n.to_string()));
+        flag("--termination-log", self.termination_log.clone());
+        if self.end_on_oom {
+            args.push("--end-on-oom".to_owned());
+        }
         args
     }
 }

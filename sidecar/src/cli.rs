@@ -39,6 +39,14 @@ pub enum Command {
         /// Destination path, e.g. /opt/agentplane/bin/agent-sidecar.
         dest: PathBuf,
     },
+    /// Find out whether this pod has a process limit (the kubelet's
+    /// podPidsLimit): start threads until the kernel refuses one, then end
+    /// them. Exits 0 naming the limit met, 1 when none was met below --max.
+    PidsProbe {
+        /// Most threads started.
+        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        max: u32,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +105,25 @@ pub struct ServeArgs {
     /// first, the newest is always kept.
     #[arg(long, default_value_t = crate::output::DEFAULT_SPILL_MAX_BYTES)]
     pub spill_max_bytes: u64,
+    /// End every process in the sandbox, and exit (status 75), when it runs
+    /// this many processes and threads besides the runner's own; set below
+    /// the pod's PID limit, so the sandbox restarts clean instead of
+    /// sitting at it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(8..))]
+    pub max_processes: Option<u32>,
+    /// End every process in the sandbox, and exit (status 76), when the
+    /// kernel kills one of them for memory (the memory cgroup's OOM-kill
+    /// count rises), as nodes that kill a container whole do.
+    #[arg(long)]
+    pub end_on_oom: bool,
+    /// The OOM-kill counter to watch with --end-on-oom [default: the
+    /// runner's memory cgroup: memory.events (v2) or memory.oom_control (v1)].
+    #[arg(long, value_name = "PATH", requires = "end_on_oom")]
+    pub oom_events_file: Option<PathBuf>,
+    /// Where to write why the runner ended the sandbox (a pod's
+    /// terminationMessagePath, which the operator reads).
+    #[arg(long, value_name = "PATH")]
+    pub termination_log: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -110,6 +137,21 @@ impl ServeArgs {
             },
             spill_max_files: self.spill_max_files,
             spill_max_bytes: self.spill_max_bytes,
+        }
+    }
+
+    /// What the sandbox watch looks for, as the flags set it.
+    pub fn watch(&self) -> crate::watch::WatchConfig {
+        crate::watch::WatchConfig {
+            max_processes: self.max_processes.map(|n| n as usize),
+            oom_events: self
+                .end_on_oom
+                .then(|| {
+                    self.oom_events_file
+                        .clone()
+                        .or_else(crate::watch::default_oom_events)
+                })
+                .flatten(),
         }
     }
 }
@@ -214,6 +256,9 @@ mod tests {
             spill_dir: Some(runner_api::SPILL_DIR.into()),
             idle_timeout_seconds: Some(600),
             await_binding: Some("/etc/agentplane/binding.json".into()),
+            max_processes: Some(512),
+            end_on_oom: true,
+            termination_log: Some(runner_api::ended::TERMINATION_LOG.into()),
         };
         let Serve {
             socket,
@@ -225,6 +270,9 @@ mod tests {
             spill_dir,
             idle_timeout_seconds,
             await_binding,
+            max_processes,
+            end_on_oom,
+            termination_log,
         } = rendered.clone();
         let cli = Cli::try_parse_from(rendered.command(runner_api::SANDBOX_BIN))
             .unwrap_or_else(|e| panic!("the runner rejects the operator's serve: {e}"));
@@ -240,6 +288,9 @@ mod tests {
         assert_eq!(Some(args.spill_dir), spill_dir.map(PathBuf::from));
         assert_eq!(args.idle_timeout_seconds, idle_timeout_seconds);
         assert_eq!(args.await_binding, await_binding.map(PathBuf::from));
+        assert_eq!(args.max_processes, max_processes);
+        assert_eq!(args.end_on_oom, end_on_oom);
+        assert_eq!(args.termination_log, termination_log.map(PathBuf::from));
     }
 
     #[test]

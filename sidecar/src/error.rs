@@ -95,6 +95,14 @@ pub enum Error {
     /// Telemetry could not be set up as configured.
     #[error("telemetry: {0}")]
     Telemetry(String),
+
+    /// The runner ended the sandbox at one of its bounds (see
+    /// [`crate::watch`]) and exits with the code that says which.
+    #[error("{message}")]
+    SandboxEnded {
+        why: runner_api::ended::Ended,
+        message: String,
+    },
 }
 
 impl Error {
@@ -126,6 +134,7 @@ impl Error {
             Error::Transport { .. } => "transport",
             Error::Client(_) => "client",
             Error::Telemetry(_) => "telemetry",
+            Error::SandboxEnded { .. } => "sandbox_ended",
         }
     }
 
@@ -148,7 +157,8 @@ impl Error {
             | Error::Usage(_)
             | Error::Transport { .. }
             | Error::Client(_)
-            | Error::Telemetry(_) => None,
+            | Error::Telemetry(_)
+            | Error::SandboxEnded { .. } => None,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod guard;
 pub mod install;
 pub mod lifecycle;
 pub mod output;
+pub mod pids_probe;
 pub mod procs;
 pub mod reaper;
 pub mod remote;
@@ -37,6 +38,7 @@ pub mod stream;
 pub mod telemetry;
 pub mod tools;
 pub mod toolset_file;
+pub mod watch;
 
 pub use error::Error;
 

@@ -26,6 +26,16 @@ pub fn serve(args: ServeArgs) -> Result<(), Error> {
         tracing::warn!(error = %e, "cannot become a child subreaper; orphans will be reaped only if this is PID 1");
     }
     let config = config(&args)?;
+    let watch = args.watch();
+    if args.end_on_oom && watch.oom_events.is_none() {
+        tracing::warn!(
+            "--end-on-oom: no memory cgroup OOM-kill counter found; out-of-memory kills are not watched"
+        );
+    }
+    // Started first, as a thread of its own: at the limit, nothing new can
+    // be started (see crate::watch).
+    crate::watch::start(watch, std::sync::Arc::clone(&config.alarm))
+        .map_err(|e| Error::io("cannot start the sandbox watch", e))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -125,17 +135,37 @@ async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
     }
     let idle = args.idle_timeout_seconds.map(Duration::from_secs);
     let watched = runner.clone();
+    let alarm = runner.alarm();
     let listen = Listen {
         socket: args.socket,
         tcp: args.listen,
     };
+    let ended = std::sync::Arc::clone(&alarm);
     serve_grpc(runner, listen, async move {
         tokio::select! {
             () = shutdown_signal() => {}
             () = idle_timeout(watched, idle) => {}
+            () = ended.ended() => {}
         }
     })
-    .await
+    .await?;
+    // The sandbox was ended at a bound: the calls that ran have their
+    // notice; say why where the operator reads it, and exit with its code.
+    match alarm.breach() {
+        Some((why, message)) => {
+            tracing::warn!(%message, "the sandbox was ended");
+            if let Some(path) = &args.termination_log
+                && let Err(e) = crate::watch::write_termination_log(path, message)
+            {
+                tracing::warn!(error = %e, path = %path.display(), "cannot write the termination log");
+            }
+            Err(Error::SandboxEnded {
+                why: *why,
+                message: message.clone(),
+            })
+        }
+        None => Ok(()),
+    }
 }
 
 /// Polls until the runner is bound (a call may bind it first) and returns

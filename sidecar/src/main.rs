@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         Command::Call(args) => client(remote::block_on(remote::call(args))),
         Command::Health(args) => client(remote::block_on(remote::health(args))),
         Command::Tools(args) => client(remote::block_on(remote::tools(args))),
+        Command::PidsProbe { max } => sidecar::pids_probe::run(max),
     };
     ExitCode::from(code)
 }
@@ -39,6 +40,7 @@ fn process(res: Result<(), Error>) -> u8 {
             eprintln!("agent-sidecar: {e}");
             match e {
                 Error::Usage(_) => exit::REFUSED,
+                Error::SandboxEnded { why, .. } => u8::try_from(why.exit_code()).unwrap_or(FAILED),
                 _ => FAILED,
             }
         }

@@ -42,6 +42,8 @@ pub struct Proc {
     pub start: u64,
     pub comm: String,
     pub zombie: bool,
+    /// Its tasks (threads), each of which counts against a PID limit.
+    pub threads: u64,
 }
 
 /// Parses `/proc/PID/stat`. The command name is in parentheses and may
@@ -60,6 +62,7 @@ pub fn parse_stat(s: &str) -> Option<Proc> {
         ppid: rest.get(1)?.parse().ok()?,
         pgid: rest.get(2)?.parse().ok()?,
         start: rest.get(19)?.parse().ok()?,
+        threads: rest.get(17).and_then(|t| t.parse().ok()).unwrap_or(1),
         comm,
     })
 }
@@ -284,6 +287,7 @@ mod tests {
             start: 0,
             comm: String::new(),
             zombie: false,
+            threads: 1,
         };
         let procs = vec![p(10, 1), p(11, 10), p(12, 11), p(13, 1), p(14, 13)];
         let d = descendants(&procs, &HashSet::from([10]));
@@ -297,5 +301,6 @@ mod tests {
         let p = parse_stat(&s).unwrap();
         assert_eq!(p.pid, me);
         assert!(p.start <= now_ticks() + 1);
+        assert!(p.threads >= 1);
     }
 }

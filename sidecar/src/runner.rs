@@ -14,6 +14,7 @@ use crate::guard::Protected;
 use crate::output::{Output, Spill, finish};
 use crate::reaper::Supervisor;
 use crate::tools::{self, CallLimits, Ctx};
+use crate::watch::Alarm;
 
 pub use runner_api::ToolResult;
 
@@ -38,6 +39,9 @@ pub struct RunnerConfig {
     /// enables nothing) in force only until these files bind the runner to
     /// its session (see [`crate::binding`]).
     pub await_binding: Option<AwaitBinding>,
+    /// Raised by the sandbox watch when it ended the sandbox at a bound;
+    /// the calls that ran then say so in their results.
+    pub alarm: Arc<Alarm>,
 }
 
 /// The runner's bounds, each a command-line flag of `serve`.
@@ -80,6 +84,7 @@ impl RunnerConfig {
             limits: Limits::default(),
             protected: Vec::new(),
             await_binding: None,
+            alarm: Arc::default(),
         }
     }
 
@@ -118,6 +123,7 @@ struct Inner {
     /// A warm sandbox's wait for its session; `None` for a runner started
     /// bound (the usual case).
     gate: Option<Gate>,
+    alarm: Arc<Alarm>,
 }
 
 impl Runner {
@@ -177,8 +183,14 @@ impl Runner {
                 calls: crate::calls::Calls::default(),
                 max_concurrent_calls: limits.max_concurrent_calls,
                 gate,
+                alarm: config.alarm,
             }),
         })
+    }
+
+    /// What the sandbox watch raises when it ends the sandbox.
+    pub fn alarm(&self) -> Arc<Alarm> {
+        Arc::clone(&self.inner.alarm)
     }
 
     /// The session's resolved toolset, as of now.
@@ -388,13 +400,19 @@ impl Runner {
         }
         let spill = self.inner.spill.clone();
         let ctx_id = id.to_owned();
+        let alarm = self.alarm();
+        let generation = alarm.generation();
         let (content, is_error) = match name {
             "bash" | "grep" => {
-                let out = if name == "bash" {
+                let mut out = if name == "bash" {
                     tools::bash::run(&self.inner.ctx, id, input, live).await?
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };
+                if let Some(notice) = alarm.since(generation) {
+                    out.trailer.push_str(&format!("\n[{notice}]"));
+                    out.is_error = true;
+                }
                 // Reading the head of a large output and renaming it is file I/O.
                 blocking(move || finish(out, &ctx_id, &spill)).await?
             }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::names::{Names, SPEC_HASH_ANNOTATION, owned_meta};
 use crate::quantity;
-use crate::sandbox::{DiskBounds, PodConfig};
+use crate::sandbox::{DiskBounds, PodConfig, RunnerWatch};
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
@@ -194,6 +194,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         read_only_root: cfg.read_only_root,
         disk: cfg.disk.clone(),
         host_users: cfg.host_users,
+        watch: cfg.watch,
     };
     metadata.annotations = Some(BTreeMap::from([
         (SPEC_HASH_ANNOTATION.to_owned(), hash),
@@ -259,7 +260,7 @@ fn install_container(cfg: &PodConfig) -> Container {
 /// The runner's `serve` command line in the sandbox container. An idle
 /// timeout that is not positive (the CRD's validation refuses those) is
 /// left out rather than handed to a runner that would refuse to start.
-fn serve(session: &AgentSession, warm: bool) -> Serve {
+fn serve(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Serve {
     let spec = &session.spec;
     Serve {
         await_binding: warm.then(|| format!("{TOOLSET_DIR}/{}", runner_api::BINDING_FILE)),
@@ -284,6 +285,12 @@ fn serve(session: &AgentSession, warm: bool) -> Serve {
             .as_ref()
             .and_then(|l| l.idle_suspend_seconds.or(l.idle_timeout_seconds))
             .and_then(|s| u64::try_from(s).ok()),
+        max_processes: cfg.watch.max_processes,
+        end_on_oom: cfg.watch.end_on_oom,
+        termination_log: cfg
+            .watch
+            .any()
+            .then(|| runner_api::ended::TERMINATION_LOG.to_owned()),
     }
 }
 
@@ -328,7 +335,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
         image: Some(spec.image.clone()),
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(vec![SANDBOX_BIN.to_owned()]),
-        args: Some(serve(session, warm).args()),
+        args: Some(serve(session, cfg, warm).args()),
         working_dir: Some(spec.workdir.clone()),
         env: Some(env),
         resources: resources(session, cfg),
@@ -465,6 +472,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         read_only_root: false,
         disk: DiskBounds::default(),
         host_users: None,
+        watch: RunnerWatch::default(),
     });
     PodConfig {
         runner_image: built.runner_image,
@@ -475,6 +483,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         read_only_root: built.read_only_root,
         disk: built.disk,
         host_users: built.host_users,
+        watch: built.watch,
     }
 }
 
@@ -495,6 +504,12 @@ struct BuiltWith {
     disk: DiskBounds,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     host_users: Option<bool>,
+    #[serde(default, skip_serializing_if = "is_unwatched")]
+    watch: RunnerWatch,
+}
+
+fn is_unwatched(w: &RunnerWatch) -> bool {
+    !w.any()
 }
 
 fn is_unbounded(d: &DiskBounds) -> bool {

@@ -18,6 +18,7 @@ pub fn cfg() -> PodConfig {
         read_only_root: false,
         disk: operator::sandbox::DiskBounds::default(),
         host_users: None,
+        watch: operator::sandbox::RunnerWatch::default(),
     }
 }
 
