@@ -4,7 +4,11 @@
 //! sandbox's traffic with a policy of their own; a break-glass user's
 //! deletion is put back; what `kubectl agent tools` lists is what the
 //! runner serves; a sandbox that writes past its /tmp bound is evicted and
-//! replaced, its persistent workspace kept, its neighbour untouched.
+//! replaced, its persistent workspace kept, its neighbour untouched; a
+//! fork bomb and an out-of-memory command end their own sandbox (which
+//! restarts and says why) while a neighbour keeps answering and the
+//! operator keeps reconciling. The neighbour's latency before and during
+//! each attack is printed as `figure:` lines (docs/reliability.md).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -124,7 +128,17 @@ fn scenario(k: &Kubectl, pv_dir: &std::path::Path) {
         "keeper",
         "  workspace:\n    volumeClaimTemplate:\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources: {requests: {storage: 1Gi}}\n",
     );
-    for yaml in [session("fenced", ""), session("neighbour", ""), keeper] {
+    let hog = session(
+        "hog",
+        "  resources:\n    limits: {memory: 64Mi}\n",
+    );
+    for yaml in [
+        session("fenced", ""),
+        session("neighbour", ""),
+        keeper,
+        session("bomber", ""),
+        hog,
+    ] {
         wait_for(
             "the webhook to admit a session",
             Duration::from_secs(60),
@@ -135,13 +149,114 @@ fn scenario(k: &Kubectl, pv_dir: &std::path::Path) {
             },
         );
     }
-    for s in ["fenced", "neighbour", "keeper"] {
+    for s in ["fenced", "neighbour", "keeper", "bomber", "hog"] {
         ready(k, ns, s);
     }
     tenant_cannot_remove_fences(k, ns);
     break_glass_is_restored(k, ns);
     status_lists_what_the_runner_serves(k, ns);
+    let before = neighbour_latency(k, ns, 15);
+    println!("figure: neighbour bash before any attack: {}", summary(&before));
     disk_past_its_bound_is_evicted(k, ns);
+    a_fork_bomb_ends_its_own_sandbox(k, ns);
+    running_out_of_memory_ends_its_own_sandbox(k, ns);
+}
+
+/// `kubectl agent bash neighbour -- true`, `n` times: each call's time.
+fn neighbour_latency(k: &Kubectl, ns: &str, n: usize) -> Vec<Duration> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let (code, out, err) = agent(k, ns, &["bash", "neighbour", "--", "true"]);
+            assert_eq!(code, 0, "the neighbour stopped answering: {out}{err}");
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn summary(samples: &[Duration]) -> String {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    format!(
+        "{} calls, p50 {}, p99 {}",
+        sorted.len(),
+        ms(e2e::percentile(&sorted, 0.5)),
+        ms(e2e::percentile(&sorted, 0.99))
+    )
+}
+
+/// Calls the neighbour until `done` says the attack is over, at most
+/// `max` calls: the neighbour's latency during it.
+fn during(k: &Kubectl, ns: &str, max: usize, mut done: impl FnMut() -> bool) -> Vec<Duration> {
+    let mut out = Vec::new();
+    while out.len() < max && (out.len() < 5 || !done()) {
+        out.extend(neighbour_latency(k, ns, 1));
+    }
+    out
+}
+
+fn limit_reached(k: &Kubectl, ns: &str, name: &str, reason: &str) -> Option<String> {
+    let o = k.get(&["agentsession", name, "-n", ns])?;
+    let (status, r, message) = condition(&o, "LimitReached")?;
+    (status == "True" && r == reason).then_some(message)
+}
+
+/// A classic fork bomb in one sandbox: its call ends with a notice, its
+/// sandbox restarts and says so; the neighbour answers throughout and the
+/// operator brings up a session applied mid-attack.
+fn a_fork_bomb_ends_its_own_sandbox(k: &Kubectl, ns: &str) {
+    let bomb = std::thread::spawn({
+        let (k, ns) = (k.clone(), ns.to_owned());
+        move || agent(&k, &ns, &["bash", "bomber", "--", ":(){ :|:& };:; sleep 60"])
+    });
+    let late = session("late", "");
+    let applied = k.run(&["apply", "-n", ns, "-f", "-"], Some(&late));
+    assert!(applied.ok, "a session applied during the attack: {}", applied.stderr);
+    let samples = during(k, ns, 200, || limit_reached(k, ns, "bomber", "ProcessLimit").is_some());
+    println!("figure: neighbour bash during a fork bomb: {}", summary(&samples));
+    let (code, out, err) = bomb.join().expect("bomb thread");
+    assert_ne!(code, 0, "the bomb's call says it failed: {out}");
+    assert!(
+        out.contains("reached its limit of") || err.contains("reached its limit of") || code == 3,
+        "the bomb's call ends with the limit named, or the connection to the ended sandbox broke: {out}{err}"
+    );
+    let message = wait_for("bomber's LimitReached", T, || {
+        limit_reached(k, ns, "bomber", "ProcessLimit")
+    });
+    assert!(message.contains("processes"), "{message}");
+    ready(k, ns, "late");
+    ready(k, ns, "bomber");
+    let (code, out, err) = agent(k, ns, &["bash", "bomber", "--", "echo back"]);
+    assert_eq!((code, out.trim()), (0, "back"), "{err}");
+}
+
+/// A command past its sandbox's 64Mi: the sandbox ends and restarts, its
+/// status names the limit; the neighbour answers throughout.
+fn running_out_of_memory_ends_its_own_sandbox(k: &Kubectl, ns: &str) {
+    let hog = std::thread::spawn({
+        let (k, ns) = (k.clone(), ns.to_owned());
+        move || {
+            agent(
+                &k,
+                &ns,
+                &[
+                    "bash",
+                    "hog",
+                    "--",
+                    "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo ${#x}",
+                ],
+            )
+        }
+    });
+    let samples = during(k, ns, 200, || limit_reached(k, ns, "hog", "OOMKilled").is_some());
+    println!("figure: neighbour bash during an out-of-memory kill: {}", summary(&samples));
+    let (code, out, err) = hog.join().expect("hog thread");
+    assert_ne!(code, 0, "{out}{err}");
+    let message = wait_for("hog's LimitReached", T, || limit_reached(k, ns, "hog", "OOMKilled"));
+    assert!(message.contains("64Mi"), "the condition names the limit: {message}");
+    ready(k, ns, "hog");
+    let (code, out, err) = agent(k, ns, &["bash", "hog", "--", "echo back"]);
+    assert_eq!((code, out.trim()), (0, "back"), "{err}");
 }
 
 /// With the stock `admin` role in their namespace, a tenant can neither
@@ -368,16 +483,24 @@ fn disk_past_its_bound_is_evicted(k: &Kubectl, ns: &str) {
     let neighbour = pod_uid(k, ns, "neighbour").expect("neighbour pod");
     let keeper = pod_uid(k, ns, "keeper").expect("keeper pod");
     // The call may end any way: the pod can be evicted while it runs.
-    let _ = agent(
-        k,
-        ns,
-        &[
-            "bash",
-            "keeper",
-            "--",
-            "dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1 | tail -1; sleep 60",
-        ],
-    );
+    let fill = std::thread::spawn({
+        let (k, ns) = (k.clone(), ns.to_owned());
+        move || {
+            agent(
+                &k,
+                &ns,
+                &[
+                    "bash",
+                    "keeper",
+                    "--",
+                    "dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1 | tail -1; sleep 60",
+                ],
+            )
+        }
+    });
+    let samples = during(k, ns, 400, || limit_reached(k, ns, "keeper", "Evicted").is_some());
+    println!("figure: neighbour bash during a disk fill and eviction: {}", summary(&samples));
+    let _ = fill.join();
     let o = wait_for("keeper's LimitReached condition", T, || {
         let o = k.get(&["agentsession", "keeper", "-n", ns])?;
         let (status, reason, _) = condition(&o, "LimitReached")?;
