@@ -128,10 +128,7 @@ fn scenario(k: &Kubectl, pv_dir: &std::path::Path) {
         "keeper",
         "  workspace:\n    volumeClaimTemplate:\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources: {requests: {storage: 1Gi}}\n",
     );
-    let hog = session(
-        "hog",
-        "  resources:\n    limits: {memory: 64Mi}\n",
-    );
+    let hog = session("hog", "  resources:\n    limits: {memory: 64Mi}\n");
     for yaml in [
         session("fenced", ""),
         session("neighbour", ""),
@@ -156,7 +153,10 @@ fn scenario(k: &Kubectl, pv_dir: &std::path::Path) {
     break_glass_is_restored(k, ns);
     status_lists_what_the_runner_serves(k, ns);
     let before = neighbour_latency(k, ns, 15);
-    println!("figure: neighbour bash before any attack: {}", summary(&before));
+    println!(
+        "figure: neighbour bash before any attack: {}",
+        summary(&before)
+    );
     disk_past_its_bound_is_evicted(k, ns);
     a_fork_bomb_ends_its_own_sandbox(k, ns);
     running_out_of_memory_ends_its_own_sandbox(k, ns);
@@ -207,13 +207,28 @@ fn limit_reached(k: &Kubectl, ns: &str, name: &str, reason: &str) -> Option<Stri
 fn a_fork_bomb_ends_its_own_sandbox(k: &Kubectl, ns: &str) {
     let bomb = std::thread::spawn({
         let (k, ns) = (k.clone(), ns.to_owned());
-        move || agent(&k, &ns, &["bash", "bomber", "--", ":(){ :|:& };:; sleep 60"])
+        move || {
+            agent(
+                &k,
+                &ns,
+                &["bash", "bomber", "--", ":(){ :|:& };:; sleep 60"],
+            )
+        }
     });
     let late = session("late", "");
     let applied = k.run(&["apply", "-n", ns, "-f", "-"], Some(&late));
-    assert!(applied.ok, "a session applied during the attack: {}", applied.stderr);
-    let samples = during(k, ns, 200, || limit_reached(k, ns, "bomber", "ProcessLimit").is_some());
-    println!("figure: neighbour bash during a fork bomb: {}", summary(&samples));
+    assert!(
+        applied.ok,
+        "a session applied during the attack: {}",
+        applied.stderr
+    );
+    let samples = during(k, ns, 200, || {
+        limit_reached(k, ns, "bomber", "ProcessLimit").is_some()
+    });
+    println!(
+        "figure: neighbour bash during a fork bomb: {}",
+        summary(&samples)
+    );
     let (code, out, err) = bomb.join().expect("bomb thread");
     assert_ne!(code, 0, "the bomb's call says it failed: {out}");
     assert!(
@@ -248,12 +263,22 @@ fn running_out_of_memory_ends_its_own_sandbox(k: &Kubectl, ns: &str) {
             )
         }
     });
-    let samples = during(k, ns, 200, || limit_reached(k, ns, "hog", "OOMKilled").is_some());
-    println!("figure: neighbour bash during an out-of-memory kill: {}", summary(&samples));
+    let samples = during(k, ns, 200, || {
+        limit_reached(k, ns, "hog", "OOMKilled").is_some()
+    });
+    println!(
+        "figure: neighbour bash during an out-of-memory kill: {}",
+        summary(&samples)
+    );
     let (code, out, err) = hog.join().expect("hog thread");
     assert_ne!(code, 0, "{out}{err}");
-    let message = wait_for("hog's LimitReached", T, || limit_reached(k, ns, "hog", "OOMKilled"));
-    assert!(message.contains("64Mi"), "the condition names the limit: {message}");
+    let message = wait_for("hog's LimitReached", T, || {
+        limit_reached(k, ns, "hog", "OOMKilled")
+    });
+    assert!(
+        message.contains("64Mi"),
+        "the condition names the limit: {message}"
+    );
     ready(k, ns, "hog");
     let (code, out, err) = agent(k, ns, &["bash", "hog", "--", "echo back"]);
     assert_eq!((code, out.trim()), (0, "back"), "{err}");
@@ -498,8 +523,13 @@ fn disk_past_its_bound_is_evicted(k: &Kubectl, ns: &str) {
             )
         }
     });
-    let samples = during(k, ns, 400, || limit_reached(k, ns, "keeper", "Evicted").is_some());
-    println!("figure: neighbour bash during a disk fill and eviction: {}", summary(&samples));
+    let samples = during(k, ns, 400, || {
+        limit_reached(k, ns, "keeper", "Evicted").is_some()
+    });
+    println!(
+        "figure: neighbour bash during a disk fill and eviction: {}",
+        summary(&samples)
+    );
     let _ = fill.join();
     let o = wait_for("keeper's LimitReached condition", T, || {
         let o = k.get(&["agentsession", "keeper", "-n", ns])?;
