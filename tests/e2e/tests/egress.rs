@@ -274,10 +274,13 @@ fn scenario(k: &Kubectl, log: &Path) {
         || from_session(k, &ns.name, "sealed", &target),
     );
     // The listener still answers others: the refusal is the sandbox's alone.
-    assert_eq!(
-        from_pod(k, &ns.name, control, &target),
-        Seen::Reached,
-        "the control pod lost the listener while the sandbox was refused"
+    // Probed until seen (bounded): while the policy engine re-syncs its
+    // chains after a burst of changes (a previous test's namespace going
+    // away), one probe can be dropped.
+    until(
+        "the control pod still reaching the listener while the sandbox is refused",
+        reached,
+        || from_pod(k, &ns.name, control, &target),
     );
 
     // The platform lists the node IP: the same sandbox now connects. A /32
