@@ -409,6 +409,9 @@ impl Runner {
                 } else {
                     tools::grep::run(&self.inner.ctx, id, input).await?
                 };
+                // A call that ended killed may have been the kernel's OOM
+                // kill: known now, said in this very result.
+                alarm.check_oom_now();
                 if let Some(notice) = alarm.since(generation) {
                     out.trailer.push_str(&format!("\n[{notice}]"));
                     out.is_error = true;

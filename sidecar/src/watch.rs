@@ -99,6 +99,10 @@ fn memory_limit(oom_events: &Path) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct Alarm {
     breach: OnceLock<(Ended, String)>,
+    /// The OOM-kill counter watched and its count at start, so that a call
+    /// that ends by SIGKILL can tell at once whether memory killed it
+    /// (the watch thread looks only every [`PERIOD`]).
+    oom: OnceLock<(PathBuf, u64)>,
     /// Bumped when the breach is set, so a call can tell whether it
     /// happened while it ran.
     generation: AtomicU64,
@@ -135,6 +139,22 @@ impl Alarm {
         }
     }
 
+    /// Whether the kernel has killed a process for memory since the start,
+    /// looked at now; raises the alarm when it has. Called when a call
+    /// ends, so its own result can say so.
+    pub fn check_oom_now(&self) -> bool {
+        let Some((path, baseline)) = self.oom.get() else {
+            return false;
+        };
+        match oom_kills(path) {
+            Some(now) if now > *baseline => {
+                self.raise(Ended::OutOfMemory, oom_message(path));
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn raise(&self, why: Ended, message: String) {
         if self.breach.set((why, message)).is_ok() {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -149,6 +169,9 @@ pub fn start(config: WatchConfig, alarm: Arc<Alarm>) -> std::io::Result<()> {
         return Ok(());
     }
     let baseline = config.oom_events.as_deref().and_then(oom_kills);
+    if let (Some(path), Some(count)) = (&config.oom_events, baseline) {
+        let _ = alarm.oom.set((path.clone(), count));
+    }
     std::thread::Builder::new()
         .name("sandbox-watch".into())
         .stack_size(256 << 10)
@@ -160,20 +183,16 @@ fn watch(config: &WatchConfig, baseline: Option<u64>, alarm: &Alarm) {
     let me = std::process::id() as i32;
     loop {
         std::thread::sleep(PERIOD);
+        // Raised by a call that found the OOM kill first: end the rest.
+        if alarm.breach().is_some() {
+            end_everything(me);
+            return;
+        }
         if let (Some(path), Some(before)) = (&config.oom_events, baseline)
             && let Some(now) = oom_kills(path)
             && now > before
         {
-            let limit = memory_limit(path).map_or_else(
-                || "its memory limit".to_owned(),
-                |l| format!("its memory limit of {l}"),
-            );
-            alarm.raise(
-                Ended::OutOfMemory,
-                format!(
-                    "a process in the sandbox was killed by the kernel for exceeding {limit}; every process in it was ended and the sandbox restarts (its workspace and bash's saved state are kept)"
-                ),
-            );
+            alarm.raise(Ended::OutOfMemory, oom_message(path));
             end_everything(me);
             return;
         }
@@ -191,6 +210,16 @@ fn watch(config: &WatchConfig, baseline: Option<u64>, alarm: &Alarm) {
             }
         }
     }
+}
+
+fn oom_message(path: &Path) -> String {
+    let limit = memory_limit(path).map_or_else(
+        || "its memory limit".to_owned(),
+        |l| format!("its memory limit of {l}"),
+    );
+    format!(
+        "a process in the sandbox was killed by the kernel for exceeding {limit}; every process in it was ended and the sandbox restarts (its workspace and bash's saved state are kept)"
+    )
 }
 
 /// The tasks (threads, each process's main one included) the runner sees
