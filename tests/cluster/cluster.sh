@@ -440,12 +440,19 @@ serializeImagePulls: false
 # Imported images cannot be pulled again: never garbage-collect them.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# Node-pressure eviction is off ("0%" disables a signal): this node shares
+# its host with the build, whose page cache and target directories are not
+# the pods' doing, and evicting the harness's own pods for them failed a CI
+# run (memory pressure taint, pods Failed). The bounds that matter here are
+# per pod and stay on: a container's memory limit (the kernel's OOM killer),
+# its ephemeral-storage limit (the eviction manager's local-storage check,
+# which runs with no node threshold), and podPidsLimit below.
 evictionHard:
-  memory.available: "100Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-  imagefs.inodesFree: "1%"
+  memory.available: "0%"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
 # Every pod's process budget (the chart documents it as a requirement): a

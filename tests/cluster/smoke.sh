@@ -33,7 +33,16 @@ fail() {
 	FAILURES+=("$1")
 	printf 'FAIL - %s\n' "$1"
 	[[ -n "${2:-}" ]] && printf '%s\n' "$2" | sed 's/^/       /' | tail -n 25
+	# The first failure says what the node thought of itself then: later
+	# failures are often its consequence (a tainted node, evicted pods).
+	if [[ $FAILED -eq 1 ]]; then
+		node_state | sed 's/^/       node: /'
+	fi
 	return 0
+}
+node_state() {
+	kc get nodes -o jsonpath='{range .items[*]}{.metadata.name} taints={.spec.taints}{"\n"}{range .status.conditions[*]}{.type}={.status} ({.reason}){"\n"}{end}{end}' 2>&1 | head -n 20 || true
+	grep -i -E 'evict|pressure' "$LOG_DIR/kubelet.log" 2>/dev/null | tail -n 8 || true
 }
 finish() {
 	[[ ${#FIGURES[@]} -gt 0 ]] && printf 'figure: %s\n' "${FIGURES[@]}"
