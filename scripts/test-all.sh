@@ -19,7 +19,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step names the free space where the build writes, so a run that fills
+# the disk says where it stood. AGENTPLANE_LEAN_DISK=1 (set by .ci/run) also
+# drops what later steps no longer need: the test executables once they ran,
+# the fuzz build once it fuzzed, and Go's build cache once a Go tool is built
+# (the binaries themselves are cached under ~/.cache/agentplane).
+step() {
+    printf '\n==> %s\n' "$*"
+    mkdir -p "$CARGO_TARGET_DIR"
+    df -h --output=avail,target "$CARGO_TARGET_DIR" | tail -1 | awk '{print "    (free: " $1 " on " $2 ")"}'
+}
+lean() { [[ ${AGENTPLANE_LEAN_DISK:-0} == 1 ]]; }
+drop_go_build_cache() { if lean && command -v go >/dev/null; then go clean -cache || true; fi; }
+drop_test_executables() {
+    # Test executables sit in deps/ without an extension and are not hard
+    # links of the binaries cargo build places in debug/ (those stay).
+    lean || return 0
+    find "$CARGO_TARGET_DIR/debug/deps" -maxdepth 1 -type f -perm -u+x ! -name '*.*' -links 1 -delete
+}
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -34,18 +51,22 @@ export AGENTPLANE_PYTHON
 step "grpcurl, a stock grpc-go client of the runner (Go module proxy, cached)"
 AGENTPLANE_GRPCURL=$(sidecar/tests/interop/grpcurl.sh)
 export AGENTPLANE_GRPCURL
+drop_go_build_cache
 
 step "cargo test: unit, property and process-level tests"
 cargo test --workspace --locked --exclude e2e
+drop_test_executables
 
 step "fuzz: every fuzz target for 60 s (libFuzzer via cargo-fuzz, nightly; fuzz/, docs/reliability.md)"
 scripts/fuzz.sh --time 60
+if lean; then rm -rf fuzz/target; fi
 
 step "conformance: the runner against the reference (anthropic-sdk-go v2.17.0 tools/agenttoolset), call by call"
 tests/conformance/run.sh "$CARGO_TARGET_DIR/debug/agent-sidecar"
 
 step "cluster harness smoke tests"
 tests/cluster/smoke.sh
+drop_go_build_cache
 
 step "end to end on a real cluster"
 cleanup() { tests/cluster/cluster.sh down >/dev/null 2>&1 || true; }
@@ -57,5 +78,6 @@ HELM=$(command -v helm)
 export KUBECTL HELM
 scripts/images.sh
 tests/telemetry/collector.sh build   # a real OpenTelemetry Collector, from the Go module proxy (cached)
+drop_go_build_cache
 cargo build --locked -p operator -p kubectl-agent -p sidecar
 cargo test --locked -p e2e -- --test-threads=1
