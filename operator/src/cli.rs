@@ -20,7 +20,7 @@ use crate::health::{self, Readiness};
 use crate::leader::{self, LeaseConfig};
 use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
-use crate::sandbox::{DiskBounds, EgressPolicy, PodConfig, RunnerWatch};
+use crate::sandbox::{DiskBounds, EgressPolicy, GatewaySource, PodConfig, RunnerWatch};
 use crate::session::controller::SessionContext;
 use crate::{pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -120,6 +120,54 @@ pub struct RunArgs {
     pub defaults: DefaultsArgs,
     #[command(flatten)]
     pub egress: EgressArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+/// The gateway (`agent-gateway`), when the platform runs one: sandboxes
+/// then serve it on the pod network with mutual TLS, from certificates the
+/// operator issues, and admit it alone.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GatewayArgs {
+    /// The namespace the gateway runs in; turns the gateway's access on.
+    #[arg(long = "gateway-namespace", value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// A label of the gateway's pods (KEY=VALUE), which sandboxes admit;
+    /// repeatable.
+    #[arg(long = "gateway-pod-label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub pod_labels: Vec<(String, String)>,
+    /// The Secret (in the gateway's namespace) the operator writes the
+    /// gateway's certificate to.
+    #[arg(long = "gateway-secret", default_value = "agentplane-gateway-tls")]
+    pub secret: String,
+    /// A DNS name the gateway serves under (its Service's names);
+    /// repeatable.
+    #[arg(long = "gateway-dns-name", value_name = "NAME")]
+    pub dns_names: Vec<String>,
+    /// The Secret (in the operator's namespace) holding the CA that signs
+    /// runner and gateway certificates; made on first start.
+    #[arg(long = "ca-secret", default_value = "agentplane-ca")]
+    pub ca_secret: String,
+}
+
+impl GatewayArgs {
+    /// Who sandboxes admit, when a gateway runs.
+    pub fn source(&self) -> Option<GatewaySource> {
+        self.namespace.as_ref().map(|ns| GatewaySource {
+            namespace: ns.clone(),
+            pod_labels: self.pod_labels.iter().cloned().collect(),
+        })
+    }
+}
+
+fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))?;
+    if k.is_empty() {
+        return Err(format!("{s:?} has an empty key"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
 }
 
 /// What sandboxes may reach: by default cluster DNS only.
@@ -146,6 +194,7 @@ impl EgressArgs {
             enabled: !self.disabled,
             allowed: self.allowed.clone(),
             cluster: self.cluster.clone(),
+            gateway: None,
         }
     }
 }
@@ -524,6 +573,18 @@ async fn run(args: RunArgs) -> Result<()> {
             pod_config(&args),
             args.policy.policy(),
         ));
+        if let Some(ns) = &args.gateway.namespace {
+            let tls = crate::tls_secrets::bootstrap(
+                &client,
+                &args.lease_namespace,
+                &args.gateway.ca_secret,
+                ns,
+                &args.gateway.secret,
+                &args.gateway.dns_names,
+            )
+            .await?;
+            let _ = ctx.runner_tls.set(tls);
+        }
         let mcp = Destinations {
             allowed: args.mcp_allow_cidrs.clone(),
         };
@@ -567,7 +628,10 @@ fn pod_config(args: &RunArgs) -> PodConfig {
         image_pull_policy: args.image_pull_policy.clone(),
         default_resources: args.defaults.resources(),
         default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
-        egress: args.egress.policy(),
+        egress: EgressPolicy {
+            gateway: args.gateway.source(),
+            ..args.egress.policy()
+        },
         read_only_root: args.defaults.read_only_root,
         disk: args.defaults.disk(),
         host_users: args.defaults.user_namespaces.then_some(false),
@@ -575,6 +639,7 @@ fn pod_config(args: &RunArgs) -> PodConfig {
             max_processes: args.defaults.max_processes,
             end_on_oom: args.defaults.end_on_oom,
         },
+        gateway: args.gateway.namespace.is_some(),
     }
 }
 

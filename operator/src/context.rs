@@ -21,7 +21,7 @@ use crate::policy::SessionPolicy;
 use crate::sandbox::PodConfig;
 
 /// The field manager of everything the operator applies.
-pub const MANAGER: &str = "agentplane-operator";
+pub const MANAGER: &str = crate::names::FIELD_MANAGER;
 
 /// The longest a failing object waits before the next attempt.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -128,6 +128,9 @@ pub struct Context {
     pub pool_pods: reflector::Store<Pod>,
     /// The pool controller's cache of pools, once it runs.
     pub pools: std::sync::OnceLock<reflector::Store<AgentWarmPool>>,
+    /// Runner certificates, when a gateway is installed: every namespace a
+    /// sandbox pod is made in gets its Secret first.
+    pub runner_tls: std::sync::OnceLock<std::sync::Arc<crate::tls_secrets::RunnerTls>>,
     pool_pods_writer: Mutex<Option<reflector::store::Writer<Pod>>>,
 }
 
@@ -158,6 +161,7 @@ impl Context {
         Self {
             pool_pods,
             pools: std::sync::OnceLock::new(),
+            runner_tls: std::sync::OnceLock::new(),
             pool_pods_writer: Mutex::new(Some(writer)),
             pool_wake,
             pool_wakes: Mutex::new(Some(wakes)),
@@ -166,6 +170,15 @@ impl Context {
             pods,
             policy,
             backoff: Backoff::default(),
+        }
+    }
+
+    /// Makes sure `ns` holds the runner certificate a sandbox pod made now
+    /// would mount (a pod whose Secret is missing does not start).
+    pub async fn ensure_runner_tls(&self, ns: &str) -> Result<()> {
+        match self.runner_tls.get() {
+            Some(tls) if self.pods.gateway => tls.ensure(&self.client, ns).await,
+            _ => Ok(()),
         }
     }
 

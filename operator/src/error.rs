@@ -18,7 +18,7 @@ pub enum Error {
         message: String,
     },
 
-    #[error("webhook TLS: {0}")]
+    #[error("TLS: {0}")]
     Tls(String),
 
     #[error("cannot read {path}: {source}")]

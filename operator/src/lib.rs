@@ -18,6 +18,7 @@ pub mod pool;
 pub mod session;
 
 // The shared base: what every wing stands on.
+pub mod certs;
 pub mod cidr;
 pub mod cli;
 pub mod context;
@@ -30,6 +31,7 @@ pub mod policy;
 pub mod quantity;
 pub mod resolution;
 pub mod sandbox;
+pub mod tls_secrets;
 pub mod validation;
 
 pub use error::{Error, Result};

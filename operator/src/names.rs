@@ -25,6 +25,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
+/// The operator's field manager for server-side apply.
+pub const FIELD_MANAGER: &str = "agentplane-operator";
+
 /// Label naming the session a pod belongs to.
 pub const SESSION_LABEL: &str = "agentplane.dev/session";
 /// Annotation carrying the hash of the pod spec the operator built, so a

@@ -18,6 +18,16 @@ pub struct EgressPolicy {
     pub allowed: Vec<Cidr>,
     /// The cluster's pod and service ranges, excepted like link-local.
     pub cluster: Vec<Cidr>,
+    /// The gateway's pods, the only ingress a sandbox admits (its runner's
+    /// mutual-TLS port); none when no gateway is installed.
+    pub gateway: Option<GatewaySource>,
+}
+
+/// Where the gateway runs: its namespace and its pods' labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySource {
+    pub namespace: String,
+    pub pod_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What the operator's deployment decides about every sandbox pod.
@@ -44,6 +54,9 @@ pub struct PodConfig {
     pub host_users: Option<bool>,
     /// What the runner itself watches in its sandbox.
     pub watch: RunnerWatch,
+    /// Serve the gateway: the runner listens on the pod network with mutual
+    /// TLS, from the namespace's runner certificate Secret.
+    pub gateway: bool,
 }
 
 /// The bounds the runner enforces inside its sandbox (see the runner's

@@ -25,6 +25,16 @@ pub const RUNNER_PORT: u16 = 7070;
 /// the pod network, because the runner authenticates nobody.
 pub const RUNNER_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, RUNNER_PORT));
+/// The port the runner serves the gateway on, on the pod network, with
+/// mutual TLS: only a client certificate the platform's CA issued for
+/// client authentication (the gateway's) is accepted.
+pub const RUNNER_TLS_PORT: u16 = 7443;
+/// Where the sandbox container finds its runner's certificate, key and the
+/// CA that signed the gateway's (`tls.crt`, `tls.key`, `ca.crt`).
+pub const RUNNER_TLS_DIR: &str = "/etc/agentplane-tls";
+/// The DNS name every runner certificate carries and the gateway checks: a
+/// runner is addressed by its pod's IP, which no certificate names.
+pub const RUNNER_TLS_NAME: &str = "runner.agentplane.internal";
 /// bash's snapshot and per-call files in the sandbox pod.
 pub const STATE_DIR: &str = "/run/agent/state";
 /// Where the runner spills oversized outputs in the sandbox pod.
@@ -83,6 +93,9 @@ pub struct Serve {
     pub end_on_oom: bool,
     /// `--termination-log`: where the runner says why it ended the sandbox.
     pub termination_log: Option<String>,
+    /// `--listen-tls` and `--tls-dir`: serve the gateway on this address,
+    /// with mutual TLS from the certificates in that directory.
+    pub gateway: Option<(SocketAddr, String)>,
 }
 
 impl Serve {
@@ -102,6 +115,7 @@ impl Serve {
             max_processes: None,
             end_on_oom: false,
             termination_log: None,
+            gateway: None,
         }
     }
 }
@@ -129,6 +143,10 @@ impl Invocation for Serve {
         flag("--await-binding", self.await_binding.clone());
         flag("--max-processes", self.max_processes.map(|n| n.to_string()));
         flag("--termination-log", self.termination_log.clone());
+        if let Some((addr, dir)) = &self.gateway {
+            args.extend(["--listen-tls".to_owned(), addr.to_string()]);
+            args.extend(["--tls-dir".to_owned(), dir.clone()]);
+        }
         if self.end_on_oom {
             args.push("--end-on-oom".to_owned());
         }

@@ -57,6 +57,15 @@ pub struct ServeArgs {
     /// Also listen on this loopback address (IP:PORT), for port-forwarding.
     #[arg(long, value_parser = parse_loopback)]
     pub listen: Option<SocketAddr>,
+    /// Also serve the gateway on this address (any interface), with mutual
+    /// TLS: only a client certificate signed by --tls-dir's ca.crt for
+    /// client authentication is accepted.
+    #[arg(long, value_parser = parse_addr, requires = "tls_dir")]
+    pub listen_tls: Option<SocketAddr>,
+    /// The runner's certificate and key (tls.crt, tls.key) and the CA its
+    /// clients must be signed by (ca.crt), for --listen-tls.
+    #[arg(long, requires = "listen_tls")]
+    pub tls_dir: Option<PathBuf>,
     /// Where relative tool paths resolve and bash starts.
     #[arg(long, env = "AGENT_SIDECAR_WORKDIR")]
     pub workdir: PathBuf,
@@ -259,6 +268,10 @@ mod tests {
             max_processes: Some(512),
             end_on_oom: true,
             termination_log: Some(runner_api::ended::TERMINATION_LOG.into()),
+            gateway: Some((
+                SocketAddr::from(([0, 0, 0, 0], runner_api::RUNNER_TLS_PORT)),
+                runner_api::RUNNER_TLS_DIR.into(),
+            )),
         };
         let Serve {
             socket,
@@ -273,6 +286,7 @@ mod tests {
             max_processes,
             end_on_oom,
             termination_log,
+            gateway,
         } = rendered.clone();
         let cli = Cli::try_parse_from(rendered.command(runner_api::SANDBOX_BIN))
             .unwrap_or_else(|e| panic!("the runner rejects the operator's serve: {e}"));
@@ -291,6 +305,10 @@ mod tests {
         assert_eq!(args.max_processes, max_processes);
         assert_eq!(args.end_on_oom, end_on_oom);
         assert_eq!(args.termination_log, termination_log.map(PathBuf::from));
+        assert_eq!(
+            args.listen_tls.zip(args.tls_dir),
+            gateway.map(|(a, d)| (a, PathBuf::from(d)))
+        );
     }
 
     #[test]
@@ -301,6 +319,7 @@ mod tests {
             panic!("not parsed as serve");
         };
         assert_eq!(args.listen, None::<SocketAddr>);
+        assert_eq!(args.listen_tls, None::<SocketAddr>);
         assert_eq!(args.toolset, None);
         assert_eq!(args.session, "default");
         assert_eq!(args.idle_timeout_seconds, None);

@@ -26,6 +26,7 @@ pub mod fsutil;
 pub mod guard;
 pub mod install;
 pub mod lifecycle;
+pub mod mtls;
 pub mod output;
 pub mod pids_probe;
 pub mod procs;

@@ -139,6 +139,7 @@ async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
     let listen = Listen {
         socket: args.socket,
         tcp: args.listen,
+        tls: args.listen_tls.zip(args.tls_dir),
     };
     let ended = std::sync::Arc::clone(&alarm);
     serve_grpc(runner, listen, async move {

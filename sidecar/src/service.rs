@@ -203,6 +203,9 @@ pub struct Listen {
     /// Loopback only: the runner has no authentication of its own, so it is
     /// reached from outside the pod through the API server's port-forward.
     pub tcp: Option<SocketAddr>,
+    /// The gateway's listener on the pod network and the directory of its
+    /// certificates (mutual TLS, [`crate::mtls`]).
+    pub tls: Option<(SocketAddr, PathBuf)>,
 }
 
 /// The reflection builder: the runner's own proto, the health service's and
@@ -268,15 +271,44 @@ pub async fn serve(
         ),
         None => None,
     };
+    let tls = match &listen.tls {
+        Some((addr, dir)) => Some((
+            crate::mtls::server_config(dir)?,
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::io(format!("cannot listen on {addr}"), e))?,
+        )),
+        None => None,
+    };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<RunnerServer<Service>>().await;
     let svc = Service::new(runner);
     let in_flight = svc.in_flight.clone();
-    let router = router(health_service, RunnerServer::new(svc))?;
+    let runner_server = RunnerServer::new(svc);
+    let tls_router = match tls {
+        Some((config, l)) => {
+            let builder = tonic::transport::Server::builder()
+                .tls_config(config)
+                .map_err(|e| Error::Transport {
+                    context: "configuring the gateway's TLS listener".into(),
+                    source: e,
+                })?;
+            Some((
+                router(builder, health_service.clone(), runner_server.clone())?,
+                l,
+            ))
+        }
+        None => None,
+    };
+    let router = router(
+        tonic::transport::Server::builder(),
+        health_service,
+        runner_server,
+    )?;
     let (stop_tx, stop_rx) = watch::channel(false);
 
-    tracing::info!(socket = %listen.socket.display(), tcp = ?listen.tcp, "serving");
+    tracing::info!(socket = %listen.socket.display(), tcp = ?listen.tcp, tls = ?listen.tls.as_ref().map(|t| t.0), "serving");
     let unix_incoming = UnixListenerStream::new(unix).map(|c| c.map(AuthorityFix::new));
     let unix_server = router
         .clone()
@@ -291,8 +323,21 @@ pub async fn serve(
             None => Ok(()),
         }
     };
+    let tls_server = async {
+        match tls_router {
+            Some((r, l)) => {
+                r.serve_with_incoming_shutdown(tls_incoming(l), stopped(stop_rx.clone()))
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
     let servers = async {
-        let (u, t) = tokio::join!(unix_server, tcp_server);
+        let (u, t, g) = tokio::join!(unix_server, tcp_server, tls_server);
+        g.map_err(|e| Error::Transport {
+            context: "serving the gateway (TLS)".into(),
+            source: e,
+        })?;
         u.map_err(|e| Error::Transport {
             context: format!("serving on {}", listen.socket.display()),
             source: e,
@@ -330,6 +375,7 @@ pub async fn serve(
 
 /// Every service the runner serves, on both listeners alike.
 fn router(
+    mut builder: tonic::transport::Server,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -341,7 +387,7 @@ fn router(
         |e: tonic_reflection::server::Error| Error::Usage(format!("reflection service: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-    Ok(tonic::transport::Server::builder()
+    Ok(builder
         .add_service(health)
         .add_service(runner)
         .add_service(reflection_v1)
@@ -360,6 +406,21 @@ fn tcp_incoming(
                 tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
             AuthorityFix::new(s)
+        })
+    })
+}
+
+/// Accepted TCP connections for the TLS listener, with Nagle off. The
+/// header repair of [`AuthorityFix`] is for stock clients on the socket and
+/// port-forward; only the gateway speaks here, under TLS.
+fn tls_incoming(
+    l: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    TcpListenerStream::new(l).map(|c| {
+        c.inspect(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
         })
     })
 }

@@ -102,6 +102,9 @@ async fn carry_out(
         }
     }
     let mut created = 0;
+    if !plan.create.is_empty() {
+        ctx.ensure_runner_tls(ns).await?;
+    }
     for pod in &plan.create {
         match pods.create(&PostParams::default(), pod).await {
             Ok(_) => created += 1,

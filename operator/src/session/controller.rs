@@ -383,6 +383,7 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     match &plan.pod {
         PodAction::Keep | PodAction::WaitForDeletion => {}
         PodAction::Create(pod) => {
+            ctx.ensure_runner_tls(ns).await?;
             pods.patch(
                 &pod.name_any(),
                 &apply_params(),

@@ -1,5 +1,6 @@
-//! The NetworkPolicy the operator owns for every sandbox pod: no ingress,
-//! and egress only to cluster DNS and the CIDRs the platform lists.
+//! The NetworkPolicy the operator owns for every sandbox pod: no ingress but
+//! the gateway's (to the runner's mutual-TLS port), and egress only to
+//! cluster DNS and the CIDRs the platform lists.
 //!
 //! A sandbox runs whatever the model writes, so by default it must reach
 //! nothing: not the API server, not other tenants' pods, not the cloud's
@@ -10,8 +11,8 @@
 
 use crds::{AgentSession, AgentWarmPool};
 use k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
-    NetworkPolicySpec,
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -19,7 +20,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::cidr::Cidr;
 use crate::names::{self, Names, owned_meta};
-use crate::sandbox::EgressPolicy;
+use crate::sandbox::{EgressPolicy, GatewaySource};
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
 /// (169.254.169.254 is the metadata service on every major cloud).
@@ -96,7 +97,7 @@ fn build(
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: None,
+            ingress: policy.gateway.as_ref().map(|g| vec![gateway_rule(g)]),
             egress: Some(egress),
         }),
     })
@@ -111,6 +112,34 @@ fn block(cidr: &Cidr, denied: &[Cidr]) -> IPBlock {
     IPBlock {
         cidr: cidr.to_string(),
         except: (!except.is_empty()).then_some(except),
+    }
+}
+
+/// The gateway's pods, to the runner's mutual-TLS port only.
+fn gateway_rule(g: &GatewaySource) -> NetworkPolicyIngressRule {
+    NetworkPolicyIngressRule {
+        from: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(
+                    [(
+                        "kubernetes.io/metadata.name".to_owned(),
+                        g.namespace.clone(),
+                    )]
+                    .into(),
+                ),
+                ..LabelSelector::default()
+            }),
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(g.pod_labels.clone()),
+                ..LabelSelector::default()
+            }),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: Some(vec![NetworkPolicyPort {
+            port: Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT))),
+            protocol: Some("TCP".into()),
+            end_port: None,
+        }]),
     }
 }
 
@@ -169,6 +198,7 @@ mod tests {
             enabled: true,
             allowed: vec![c("0.0.0.0/0"), c("203.0.113.0/24")],
             cluster: vec![c("10.88.0.0/16"), c("10.96.0.0/12")],
+            gateway: None,
         };
         let mut s = AgentSession::new(
             "demo",
@@ -218,5 +248,41 @@ mod tests {
             "DNS only"
         );
         assert!(network_policy(&s, &EgressPolicy::default()).is_none());
+    }
+
+    #[test]
+    fn the_gateway_alone_is_admitted_and_only_to_the_runners_tls_port() {
+        let policy = EgressPolicy {
+            enabled: true,
+            gateway: Some(GatewaySource {
+                namespace: "agentplane-system".into(),
+                pod_labels: [("app.kubernetes.io/component".to_owned(), "gateway".to_owned())]
+                    .into(),
+            }),
+            ..EgressPolicy::default()
+        };
+        let s = AgentSession::new(
+            "demo",
+            serde_json::from_value(serde_json::json!({"image": "busybox", "tools": []}))
+                .expect("spec"),
+        );
+        let spec = network_policy(&s, &policy)
+            .and_then(|np| np.spec)
+            .expect("spec");
+        let ingress = spec.ingress.expect("one rule");
+        assert_eq!(ingress.len(), 1);
+        let from = ingress[0].from.clone().expect("from");
+        assert_eq!(from.len(), 1, "one peer: both selectors must match");
+        let ns = from[0].namespace_selector.clone().expect("namespace");
+        assert_eq!(
+            ns.match_labels.expect("labels")["kubernetes.io/metadata.name"],
+            "agentplane-system"
+        );
+        assert!(from[0].pod_selector.is_some());
+        let ports = ingress[0].ports.clone().expect("ports");
+        assert_eq!(
+            ports[0].port,
+            Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT)))
+        );
     }
 }

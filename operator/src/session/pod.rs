@@ -17,15 +17,16 @@ use crate::quantity;
 use crate::sandbox::{DiskBounds, PodConfig, RunnerWatch};
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar,
-    ExecAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
-    PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use runner_api::{
-    Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_SOCKET, SANDBOX_BIN,
-    SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
+    Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_SOCKET, RUNNER_TLS_DIR,
+    RUNNER_TLS_PORT, SANDBOX_BIN, SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
 };
 use sha2::{Digest, Sha256};
 use toolset::ResolvedToolset;
@@ -139,24 +140,28 @@ pub fn build_warm_pod(template: &AgentSession, cfg: &PodConfig) -> Pod {
 fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
     let names = Names::of(session);
     let spec = &session.spec;
+    let mut volumes = vec![
+        empty_dir(BIN_VOLUME, bin_limit(cfg)),
+        empty_dir(RUN_VOLUME, cfg.disk.runner.clone()),
+        empty_dir("tmp", cfg.disk.tmp.clone()),
+        Volume {
+            name: "toolset".to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names.configmap.clone(),
+                optional: warm.then_some(true),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+            workspace_volume(session, cfg),
+    ];
+    if cfg.gateway {
+        volumes.push(runner_tls_volume());
+    }
     let pod_spec = PodSpec {
         init_containers: Some(vec![install_container(cfg)]),
         containers: vec![sandbox_container(session, cfg, warm)],
-        volumes: Some(vec![
-            empty_dir(BIN_VOLUME, bin_limit(cfg)),
-            empty_dir(RUN_VOLUME, cfg.disk.runner.clone()),
-            empty_dir("tmp", cfg.disk.tmp.clone()),
-            Volume {
-                name: "toolset".to_owned(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: names.configmap.clone(),
-                    optional: warm.then_some(true),
-                    ..ConfigMapVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-            workspace_volume(session, cfg),
-        ]),
+        volumes: Some(volumes),
         // A crash restarts the runner in place (its bash state survives in
         // the agent-run emptyDir); an idle exit (code 0) ends the session.
         restart_policy: Some("OnFailure".to_owned()),
@@ -195,6 +200,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         disk: cfg.disk.clone(),
         host_users: cfg.host_users,
         watch: cfg.watch,
+        gateway: cfg.gateway,
     };
     metadata.annotations = Some(BTreeMap::from([
         (SPEC_HASH_ANNOTATION.to_owned(), hash),
@@ -209,6 +215,24 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         ..Pod::default()
     }
 }
+
+/// The volume of the runner's certificate for the gateway: the namespace's
+/// Secret the operator writes before it makes the pod. Readable by the
+/// sandbox's group only; its key can serve as a runner, never call one.
+fn runner_tls_volume() -> Volume {
+    Volume {
+        name: RUNNER_TLS_VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(crate::tls_secrets::RUNNER_TLS_SECRET.to_owned()),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// The volume of the runner's certificate.
+const RUNNER_TLS_VOLUME: &str = "runner-tls";
 
 /// The emptyDir the init container installs the runner binary into.
 const BIN_VOLUME: &str = "agent-bin";
@@ -291,6 +315,12 @@ fn serve(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Serve {
             .watch
             .any()
             .then(|| runner_api::ended::TERMINATION_LOG.to_owned()),
+        gateway: cfg.gateway.then(|| {
+            (
+                std::net::SocketAddr::from(([0, 0, 0, 0], RUNNER_TLS_PORT)),
+                RUNNER_TLS_DIR.to_owned(),
+            )
+        }),
     }
 }
 
@@ -330,6 +360,16 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
     let probe = Health {
         socket: RUNNER_SOCKET.to_owned(),
     };
+    let mut mounts = vec![
+        mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
+        mount(RUN_VOLUME, RUN_DIR, false),
+        mount("toolset", TOOLSET_DIR, true),
+        mount("workspace", &spec.workdir, false),
+        mount("tmp", "/tmp", false),
+    ];
+    if cfg.gateway {
+        mounts.push(mount(RUNNER_TLS_VOLUME, RUNNER_TLS_DIR, true));
+    }
     Container {
         name: SANDBOX_CONTAINER.to_owned(),
         image: Some(spec.image.clone()),
@@ -339,13 +379,15 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
         working_dir: Some(spec.workdir.clone()),
         env: Some(env),
         resources: resources(session, cfg),
-        volume_mounts: Some(vec![
-            mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
-            mount(RUN_VOLUME, RUN_DIR, false),
-            mount("toolset", TOOLSET_DIR, true),
-            mount("workspace", &spec.workdir, false),
-            mount("tmp", "/tmp", false),
-        ]),
+        volume_mounts: Some(mounts),
+        ports: cfg.gateway.then(|| {
+            vec![ContainerPort {
+                name: Some("gateway".to_owned()),
+                container_port: i32::from(RUNNER_TLS_PORT),
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            }]
+        }),
         readiness_probe: Some(Probe {
             exec: Some(ExecAction {
                 command: Some(probe.command(SANDBOX_BIN)),
@@ -473,6 +515,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         disk: DiskBounds::default(),
         host_users: None,
         watch: RunnerWatch::default(),
+        gateway: false,
     });
     PodConfig {
         runner_image: built.runner_image,
@@ -484,6 +527,7 @@ pub fn config_of(pod: &Pod, cfg: &PodConfig) -> PodConfig {
         disk: built.disk,
         host_users: built.host_users,
         watch: built.watch,
+        gateway: built.gateway,
     }
 }
 
@@ -506,6 +550,10 @@ struct BuiltWith {
     host_users: Option<bool>,
     #[serde(default, skip_serializing_if = "is_unwatched")]
     watch: RunnerWatch,
+    /// Absent on pods built before the gateway was installed: they keep
+    /// their runner on the socket and port-forward only until replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    gateway: bool,
 }
 
 fn is_unwatched(w: &RunnerWatch) -> bool {

@@ -19,6 +19,7 @@ pub fn cfg() -> PodConfig {
         disk: operator::sandbox::DiskBounds::default(),
         host_users: None,
         watch: operator::sandbox::RunnerWatch::default(),
+        gateway: false,
     }
 }
 
