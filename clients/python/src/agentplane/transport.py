@@ -94,16 +94,19 @@ class Endpoint:
         watch = None
         try:
             conn.connect()
-            watch = _Watch(conn.sock, deadline)
+            # Kept: the connection lets go of its socket when the answer is
+            # the last on it, but the answer is still read from it.
+            sock = conn.sock
+            watch = _Watch(sock, deadline)
             conn.request(method, target, body=data, headers=hdrs)
-            conn.sock.settimeout(max(deadline.left(), 0.001))
+            sock.settimeout(max(deadline.left(), 0.001))
             resp = conn.getresponse()
         except BaseException as e:
             if watch:
                 watch.stop()
             conn.close()
             raise _failure(e, deadline, what) from e
-        return Response(conn, resp, watch, deadline, what)
+        return Response(conn, sock, resp, watch, deadline, what)
 
 
 class _Watch:
@@ -143,8 +146,10 @@ def _failure(e: BaseException, deadline: Deadline, what: str) -> BaseException:
 class Response:
     """An answer whose body is read in bounded pieces before the deadline."""
 
-    def __init__(self, conn, resp: http.client.HTTPResponse, watch: _Watch, deadline: Deadline, what: str):
+    def __init__(self, conn, sock: socket.socket, resp: http.client.HTTPResponse, watch: _Watch,
+                 deadline: Deadline, what: str):
         self._conn = conn
+        self._sock = sock
         self._resp = resp
         self._watch = watch
         self._deadline = deadline
@@ -167,10 +172,14 @@ class Response:
         if left <= 0:
             raise self._deadline.expired(self.what)
         try:
-            self._conn.sock.settimeout(left)
-            return self._resp.read1(READ_SIZE)
+            self._sock.settimeout(left)
+            piece = self._resp.read1(READ_SIZE)
         except BaseException as e:
             raise _failure(e, self._deadline, self.what) from e
+        if not piece and self._deadline.passed():
+            # The watch shut the socket: an end that is not the body's.
+            raise self._deadline.expired(self.what)
+        return piece
 
     def read_all(self, limit: int, *, truncate: bool = False) -> bytes:
         """The whole body, at most ``limit`` bytes: past that, the first
@@ -204,4 +213,5 @@ class Response:
 
     def close(self):
         self._watch.stop()
+        self._resp.close()
         self._conn.close()
