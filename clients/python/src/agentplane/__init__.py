@@ -4,7 +4,7 @@ through the Kubernetes API, and tool definitions for the Anthropic API.
 Standard library only (PyYAML only for ``Cluster.from_kubeconfig``)."""
 
 from .anthropic_tools import anthropic_tools, policies
-from .cluster import Cluster, describe_conditions, is_ready
+from .cluster import Cluster, describe_conditions, is_ready, spec_for_warm_pool
 from .errors import (ApprovalRequired, Conflict, ConnectionFailed, Forbidden, GatewayError, Internal, Invalid,
                      NotFound, ProtocolError, ResponseTooLarge, SessionNotReady, StreamInterrupted,
                      StreamTimedOut, Timeout, TooManyRequests, Unauthenticated, Unavailable)
@@ -19,5 +19,5 @@ __all__ = [
     "Forbidden", "Gateway", "GatewayError", "Internal", "Invalid", "NotFound", "ProtocolError",
     "ResponseTooLarge", "SessionHandle", "SessionNotReady", "StreamInterrupted", "StreamTimedOut", "Timeout",
     "Tool", "ToolResult", "TooManyRequests", "Unauthenticated", "Unavailable", "anthropic_tools",
-    "describe_conditions", "is_ready", "new_call_id", "policies",
+    "describe_conditions", "is_ready", "new_call_id", "policies", "spec_for_warm_pool",
 ]

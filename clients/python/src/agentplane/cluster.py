@@ -18,6 +18,10 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "AgentSession"
 PLURAL = "agentsessions"
+POOL_PLURAL = "agentwarmpools"
+
+# The template fields of an AgentWarmPool that a claiming session's spec repeats.
+POOL_TEMPLATE_FIELDS = ("image", "workdir", "resources", "env", "runtimeClassName", "nodeSelector", "tolerations")
 
 # Phases a session does not leave by itself for Ready.
 SETTLED_PHASES = {"Invalid", "Failed", "Succeeded", "Finished", "Suspended"}
@@ -136,6 +140,25 @@ class Cluster:
             resp.close()
         return None
 
+    # -- AgentWarmPools -----------------------------------------------------
+
+    def get_warm_pool(self, namespace: str, name: str) -> dict:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/{POOL_PLURAL}/{quote(name, safe='')}"
+        return self._json("GET", path)
+
+    def wait_pool_ready(self, namespace: str, name: str, replicas: int = 1, timeout: float = 180.0) -> dict:
+        """Wait until the pool has at least ``replicas`` ready unclaimed pods (polling)."""
+        deadline = Deadline(timeout)
+        while True:
+            pool = self.get_warm_pool(namespace, name)
+            ready = (pool.get("status") or {}).get("readyReplicas") or 0
+            if ready >= replicas:
+                return pool
+            if deadline.passed():
+                raise Timeout(f"warm pool {namespace}/{name} has {ready} ready pods, not {replicas}, "
+                              f"after {timeout:g} s ({describe_conditions(conditions_of(pool))})")
+            time.sleep(min(0.2, max(deadline.left(), 0)))
+
     # -- plumbing -----------------------------------------------------------
 
     def _open(self, method: str, path: str, *, body=None, query=None, deadline: Deadline) -> Response:
@@ -158,6 +181,20 @@ class Cluster:
 
     def __repr__(self):
         return f"Cluster({self.endpoint.url!r})"
+
+
+def spec_for_warm_pool(pool: dict, tools: list | None = None) -> dict:
+    """A session spec that a pod of ``pool`` can serve: what the pool's
+    template fixes, repeated, ``warmPool`` naming it, and ``tools`` (by
+    default the six sandbox tools, all allowed)."""
+    template = (pool.get("spec") or {}).get("template") or {}
+    spec = {k: copy.deepcopy(template[k]) for k in POOL_TEMPLATE_FIELDS if template.get(k) not in (None, [], {})}
+    if template.get("emptyDir") is not None:
+        spec["workspace"] = {"emptyDir": copy.deepcopy(template["emptyDir"])}
+    spec["warmPool"] = (pool.get("metadata") or {}).get("name")
+    spec["tools"] = tools if tools is not None else [
+        {"type": "agent_toolset_20260401", "default_config": {"permission_policy": {"type": "always_allow"}}}]
+    return spec
 
 
 def conditions_of(obj: dict) -> list[dict]:
