@@ -144,12 +144,16 @@ class ToolRunner:
     def _call(self, name, args, call_id, approval):
         if name != "bash":
             return self.session.call(name, args, id=call_id, approval=approval)
-        # bash's output is shown while it runs.
+        # bash's output is shown while it runs, line by line.
         stream = self.session.stream(name, args, id=call_id, approval=approval)
+        pending = b""
         for item in stream:
             if isinstance(item, Chunk):
-                for line in item.data.decode("utf-8", "replace").splitlines():
-                    print(f"  | {line}")
+                *lines, pending = (pending + item.data).split(b"\n")
+                for line in lines:
+                    print(f"  | {line.decode('utf-8', 'replace')}")
+        if pending:
+            print(f"  | {pending.decode('utf-8', 'replace')}")
         return stream.result
 
 

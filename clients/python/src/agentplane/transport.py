@@ -215,3 +215,10 @@ class Response:
         self._watch.stop()
         self._resp.close()
         self._conn.close()
+
+    def __del__(self):
+        # An answer dropped unread: its deadline timer need not wait on.
+        try:
+            self._watch.stop()
+        except Exception:
+            pass

@@ -69,16 +69,16 @@ def test_a_huge_error_body_is_not_read_whole(server):
         h.start_chunked("application/json", status=500)
         h.chunk(b'{"error": {"code": "internal", "message": "')
         for _ in range(40):
-            h.chunk(b"x" * 65536, delay=0.05)
+            h.chunk(b"x" * 65536, delay=0.1)
         h.end_chunked()
     server.answer = answer
     t0 = time.monotonic()
     with pytest.raises(ap.Internal) as e:
         gw(server, max_error_bytes=1000).session("demo").tools()
     # Cut at the bound, the body is no longer JSON: the status decides, and
-    # the client left before the server had sent it all (2 s).
+    # the client left before the server had sent it all (4 s).
     assert e.value.status == 500 and len(e.value.message) < 600
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0
 
 
 def test_a_result_over_the_bound_raises(server):
@@ -102,21 +102,21 @@ def test_the_total_timeout_holds_against_a_trickling_server(server):
     def answer(h):
         h.start_chunked("application/json")
         for _ in range(100):
-            h.chunk(b" ", delay=0.05)  # always something, never the end
+            h.chunk(b" ", delay=0.05)  # always something, never the end (5 s)
         h.end_chunked()
     server.answer = answer
     t0 = time.monotonic()
     with pytest.raises(ap.Timeout):
         gw(server, call_timeout=0.5).session("demo").call("bash", {})
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 3.0
 
 
 def test_a_server_that_never_answers_times_out(server):
-    server.answer = lambda h: time.sleep(3)
+    server.answer = lambda h: time.sleep(5)
     t0 = time.monotonic()
     with pytest.raises(ap.Timeout):
         gw(server, timeout=0.3).session("demo").tools()
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 3.0
 
 
 def test_nothing_listening_is_a_connection_failure():
