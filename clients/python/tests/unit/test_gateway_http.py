@@ -111,6 +111,20 @@ def test_the_total_timeout_holds_against_a_trickling_server(server):
     assert time.monotonic() - t0 < 3.0
 
 
+def test_the_total_timeout_holds_against_headers_sent_a_byte_at_a_time(server):
+    def answer(h):
+        h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        for _ in range(100):  # 5 s of one header, a byte at a time
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(0.05)
+    server.answer = answer
+    t0 = time.monotonic()
+    with pytest.raises(ap.Timeout):
+        gw(server, timeout=0.5).session("demo").tools()
+    assert time.monotonic() - t0 < 3.0
+
+
 def test_a_server_that_never_answers_times_out(server):
     server.answer = lambda h: time.sleep(5)
     t0 = time.monotonic()

@@ -85,3 +85,19 @@ users:
     c = Cluster.from_kubeconfig(str(tmp_path / "kubeconfig"))
     assert c.get_session("default", "s1")["metadata"]["name"] == "s1"
     assert https_server.requests[0].headers["Authorization"] == "Bearer secret-token"
+
+
+def test_the_total_timeout_holds_over_tls(https_server, certs):
+    import time
+
+    def answer(h):
+        h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        for _ in range(100):
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(0.05)
+    https_server.answer = answer
+    t0 = time.monotonic()
+    with pytest.raises(ap.Timeout):
+        Gateway(https_url(https_server), "t", ca_file=str(certs / "ca.pem"), timeout=0.5).session("s").tools()
+    assert time.monotonic() - t0 < 3.0
