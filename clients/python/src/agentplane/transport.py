@@ -83,7 +83,7 @@ class Endpoint:
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")
-        what = f"{method} {self.url}{path}"
+        what = f"{method} {self.url.rstrip('/')}{path}"
         left = deadline.left()
         if left <= 0:
             raise deadline.expired(what)
