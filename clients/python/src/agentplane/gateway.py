@@ -4,6 +4,7 @@ streamed), attach to a call, cancel it, and approve an always_ask call."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import uuid
 from dataclasses import dataclass, field
@@ -56,11 +57,17 @@ class Gateway:
     def __init__(self, url: str, token: str | None, ca_file: str | None = None, namespace: str = "default",
                  timeout: float = 30.0, *, call_timeout: float = DEFAULT_CALL_TIMEOUT,
                  context: ssl.SSLContext | None = None, max_result_bytes: int = 64 * MiB,
-                 max_error_bytes: int = 1 * MiB, max_event_bytes: int = 64 * MiB):
+                 max_error_bytes: int = 1 * MiB, max_event_bytes: int = 64 * MiB,
+                 connect_to: str | None = None):
         headers = {"User-Agent": "agentplane-python"}
+        # Where to connect instead of resolving the URL's host ("ip:port");
+        # AGENTPLANE_GATEWAY_ADDR when not given.
+        if connect_to is None:
+            connect_to = os.environ.get("AGENTPLANE_GATEWAY_ADDR") or None
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        self.endpoint = Endpoint(url, ca_file=ca_file, context=context, headers=headers)
+        self.endpoint = Endpoint(url, ca_file=ca_file, context=context, headers=headers,
+                                 connect_to=connect_to)
         self.namespace = namespace
         self.timeout = timeout
         self.call_timeout = call_timeout

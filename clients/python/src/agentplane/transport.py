@@ -57,7 +57,7 @@ class Endpoint:
     """A server's base URL (``https://host:port/optional/prefix``) and how to reach it."""
 
     def __init__(self, url: str, *, ca_file: str | None = None, context: ssl.SSLContext | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, connect_to: str | None = None):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r}: an http:// or https:// URL with a host is needed")
@@ -67,6 +67,10 @@ class Endpoint:
         self.port = parts.port
         self.prefix = parts.path.rstrip("/")
         self.headers = dict(headers or {})
+        # "host:port" to open the TCP connection to, while the Host header
+        # and the certificate check keep the URL's name (curl's
+        # --connect-to): a Service's DNS name reached at its address.
+        self.connect_to = _address(connect_to) if connect_to else None
         self.context = None
         if self.scheme == "https":
             self.context = context or tls_context(ca_file)
@@ -88,9 +92,10 @@ class Endpoint:
         if left <= 0:
             raise deadline.expired(what)
         if self.scheme == "https":
-            conn = http.client.HTTPSConnection(self.host, self.port, timeout=left, context=self.context)
+            conn = _HTTPS(self.host, self.port, timeout=left, context=self.context)
         else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=left)
+            conn = _HTTP(self.host, self.port, timeout=left)
+        conn.connect_to = self.connect_to
         watch = None
         try:
             conn.connect()
@@ -107,6 +112,32 @@ class Endpoint:
             conn.close()
             raise _failure(e, deadline, what) from e
         return Response(conn, sock, resp, watch, deadline, what)
+
+
+def _address(s: str) -> tuple[str, int]:
+    host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{s!r}: connect_to is host:port")
+    return host.strip("[]"), int(port)
+
+
+class _HTTP(http.client.HTTPConnection):
+    connect_to: tuple[str, int] | None = None
+
+    def connect(self):
+        if self.connect_to is None:
+            return super().connect()
+        self.sock = socket.create_connection(self.connect_to, self.timeout)
+
+
+class _HTTPS(http.client.HTTPSConnection):
+    connect_to: tuple[str, int] | None = None
+
+    def connect(self):
+        if self.connect_to is None:
+            return super().connect()
+        sock = socket.create_connection(self.connect_to, self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
 class _Watch:
