@@ -26,3 +26,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "agentplane.tlsSecret" -}}
 {{ include "agentplane.fullname" . }}-webhook-tls
 {{- end -}}
+
+{{- define "agentplane.gateway" -}}
+{{ include "agentplane.fullname" . }}-gateway
+{{- end -}}
+
+{{- define "agentplane.gatewaySelector" -}}
+app.kubernetes.io/name: agentplane-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "agentplane.gatewayLabels" -}}
+{{ include "agentplane.gatewaySelector" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
