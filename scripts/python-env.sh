@@ -6,7 +6,8 @@
 #     a stock gRPC client (and stub generator) for the runner's interop tests;
 #   - `swe-rex`, whose `swerex-remote` the runner is benchmarked against
 #     (scripts/bench-vs-swerex.sh), and `aiohttp`, which its client
-#     (swerex.runtime.remote) imports but swe-rex 1.4.0 does not declare.
+#     (swerex.runtime.remote) imports but swe-rex 1.4.0 does not declare;
+#   - `pytest`, which runs the Python client's tests (clients/python).
 # Idempotent: it installs only when an import (or a version) is missing, and
 # re-running after the pins change brings the venv to the new pins.
 # Prints the interpreter's path.
@@ -16,6 +17,7 @@ MCP_VERSION=1.26.0
 GRPC_VERSION=1.85.1
 SWEREX_VERSION=1.4.0
 AIOHTTP_VERSION=3.14.5
+PYTEST_VERSION=9.2.0
 PINS=(
   "mcp==$MCP_VERSION"
   "grpcio==$GRPC_VERSION"
@@ -24,12 +26,13 @@ PINS=(
   "grpcio-health-checking==$GRPC_VERSION"
   "swe-rex==$SWEREX_VERSION"
   "aiohttp==$AIOHTTP_VERSION"
+  "pytest==$PYTEST_VERSION"
 )
 # The pins, one a line: the venv is current when its stamp holds exactly these.
 STAMP="$VENV/.agentplane-pins"
 want=$(printf '%s\n' "${PINS[@]}")
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] ||
-  ! "$VENV/bin/python" -c "import mcp.server.fastmcp, grpc, grpc_tools.protoc, grpc_reflection, grpc_health, swerex.runtime.remote" >/dev/null 2>&1; then
+  ! "$VENV/bin/python" -c "import mcp.server.fastmcp, grpc, grpc_tools.protoc, grpc_reflection, grpc_health, swerex.runtime.remote, pytest" >/dev/null 2>&1; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" >&2
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PINS[@]}" >&2
   printf '%s\n' "$want" >"$STAMP"

@@ -91,8 +91,7 @@ impl Approvals {
             .decode(mac)
             .map_err(|_| bad("malformed signature"))?;
         let want = self.mac(subject, expires);
-        if !constant_eq(&given, &want)
-        {
+        if !constant_eq(&given, &want) {
             return Err(bad(
                 "it was given for another session, tool, input or call id, or by another gateway",
             ));
@@ -157,15 +156,35 @@ mod tests {
         a.check(&token, &s, 1_000).expect("good");
         // The same input with its keys in another order.
         let reordered = json!({"timeout_ms": 1000, "command": "rm -rf build"});
-        a.check(&token, &Subject { input: &reordered, ..s }, 1_000)
-            .expect("same call");
+        a.check(
+            &token,
+            &Subject {
+                input: &reordered,
+                ..s
+            },
+            1_000,
+        )
+        .expect("same call");
         let other = json!({"command": "rm -rf /"});
-        assert!(a.check(&token, &Subject { input: &other, ..s }, 1_000).is_err());
-        assert!(a.check(&token, &Subject { tool: "write", ..s }, 1_000).is_err());
+        assert!(
+            a.check(&token, &Subject { input: &other, ..s }, 1_000)
+                .is_err()
+        );
+        assert!(
+            a.check(&token, &Subject { tool: "write", ..s }, 1_000)
+                .is_err()
+        );
         let elsewhere = SessionAddr::new("team-b", "demo").expect("addr");
         assert!(
-            a.check(&token, &Subject { addr: &elsewhere, ..s }, 1_000)
-                .is_err()
+            a.check(
+                &token,
+                &Subject {
+                    addr: &elsewhere,
+                    ..s
+                },
+                1_000
+            )
+            .is_err()
         );
         assert!(a.check(&token, &s, 1_601).is_err(), "expired");
         assert!(Approvals::new(b"other").check(&token, &s, 1_000).is_err());
@@ -190,7 +209,17 @@ mod tests {
         };
         let (token, _) = a.issue(&s, 0);
         assert!(a.check(&token, &s, 0).is_ok());
-        assert!(a.check(&token, &Subject { id: Some("call-2"), ..s }, 0).is_err());
+        assert!(
+            a.check(
+                &token,
+                &Subject {
+                    id: Some("call-2"),
+                    ..s
+                },
+                0
+            )
+            .is_err()
+        );
         assert!(a.check(&token, &Subject { id: None, ..s }, 0).is_err());
     }
 }

@@ -114,7 +114,9 @@ impl Auth {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| Error::Unavailable(format!("cannot check the token with the API server: {e}")))?;
+            .map_err(|e| {
+                Error::Unavailable(format!("cannot check the token with the API server: {e}"))
+            })?;
         let status = answer.status.unwrap_or_default();
         let caller = match (status.authenticated, status.user) {
             (Some(true), Some(u)) => Some(Caller {
@@ -125,7 +127,11 @@ impl Auth {
             }),
             _ => None,
         };
-        let ttl = if caller.is_some() { TOKEN_TTL } else { REFUSED_TTL };
+        let ttl = if caller.is_some() {
+            TOKEN_TTL
+        } else {
+            REFUSED_TTL
+        };
         self.tokens.put(key, caller.clone(), ttl, Instant::now());
         caller.ok_or_else(refused)
     }
@@ -241,7 +247,10 @@ mod tests {
     fn only_a_bearer_token_is_taken() {
         assert_eq!(bearer(Some("Bearer abc")).ok(), Some("abc"));
         for bad in [None, Some("Basic abc"), Some("Bearer "), Some("abc")] {
-            assert!(matches!(bearer(bad), Err(Error::Unauthenticated(_))), "{bad:?}");
+            assert!(
+                matches!(bearer(bad), Err(Error::Unauthenticated(_))),
+                "{bad:?}"
+            );
         }
         let huge = format!("Bearer {}", "a".repeat(MAX_TOKEN_BYTES + 100));
         assert!(bearer(Some(&huge)).is_err());

@@ -118,14 +118,17 @@ pub fn gate(args: &Args, client: Client, directory: Directory) -> Result<Arc<Gat
 
 /// Every front on one router.
 pub fn app(gate: Arc<Gate>) -> axum::Router {
-    let grpc = tonic::service::Routes::new(crate::grpc::server(Arc::clone(&gate))).into_axum_router();
-    crate::http::router(gate).merge(grpc)
+    let grpc =
+        tonic::service::Routes::new(crate::grpc::server(Arc::clone(&gate))).into_axum_router();
+    crate::http::router(Arc::clone(&gate))
+        .merge(crate::mcp::router(gate))
+        .merge(grpc)
 }
 
 async fn run(args: Args) -> Result<()> {
-    let client = Client::try_default()
-        .await
-        .map_err(|e| Error::Internal(format!("cannot load kubeconfig or in-cluster config: {e}")))?;
+    let client = Client::try_default().await.map_err(|e| {
+        Error::Internal(format!("cannot load kubeconfig or in-cluster config: {e}"))
+    })?;
     let (directory, watches) = Directory::start(client.clone());
     tokio::spawn(watches);
     let gate = gate(&args, client, directory.clone())?;

@@ -89,7 +89,10 @@ impl Directory {
 
     /// Resolves when both caches hold a first full list.
     pub async fn ready(&self) {
-        let _ = futures::join!(self.sessions.wait_until_ready(), self.pods.wait_until_ready());
+        let _ = futures::join!(
+            self.sessions.wait_until_ready(),
+            self.pods.wait_until_ready()
+        );
     }
 
     /// The session, if it exists.
@@ -133,9 +136,10 @@ impl Directory {
 pub fn runner_of(addr: &SessionAddr, pod: &Pod) -> Result<RunnerAt> {
     let serves = pod.spec.as_ref().is_some_and(|s| {
         s.containers.iter().any(|c| {
-            c.ports.iter().flatten().any(|p| {
-                p.container_port == i32::from(runner_api::RUNNER_TLS_PORT)
-            })
+            c.ports
+                .iter()
+                .flatten()
+                .any(|p| p.container_port == i32::from(runner_api::RUNNER_TLS_PORT))
         })
     });
     if !serves {

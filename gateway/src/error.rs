@@ -7,7 +7,9 @@
 pub enum Error {
     #[error("{0}")]
     Unauthenticated(String),
-    #[error("{user} may not {verb} agentsessions/{subresource} of {namespace}/{name} (RBAC: verb {verb}, apiGroup agentplane.dev, resource agentsessions/{subresource})")]
+    #[error(
+        "{user} may not {verb} agentsessions/{subresource} of {namespace}/{name} (RBAC: verb {verb}, apiGroup agentplane.dev, resource agentsessions/{subresource})"
+    )]
     Forbidden {
         user: String,
         verb: &'static str,
@@ -15,7 +17,9 @@ pub enum Error {
         namespace: String,
         name: String,
     },
-    #[error("{tool} is always_ask in {namespace}/{name}: the call needs an approval (POST .../approvals, or Approve, by a principal with create on agentsessions/approve), then repeat it with the approval")]
+    #[error(
+        "{tool} is always_ask in {namespace}/{name}: the call needs an approval (POST .../approvals, or Approve, by a principal with create on agentsessions/approve), then repeat it with the approval"
+    )]
     ApprovalRequired {
         tool: String,
         namespace: String,

@@ -119,8 +119,10 @@ impl Gate {
     /// A runner's error status, as the caller should read it.
     fn runner_error(&self, addr: &SessionAddr, pod_uid: &str, status: tonic::Status) -> Error {
         use tonic::Code;
-        let transport = matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Cancelled)
-            && runner_api::Refusal::from_status(&status).is_none();
+        let transport = matches!(
+            status.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ) && runner_api::Refusal::from_status(&status).is_none();
         if !transport {
             return Error::Runner(status);
         }
@@ -193,10 +195,7 @@ impl Gate {
 
     fn request(call: &Call, confirmed: bool) -> RunRequest {
         RunRequest {
-            id: call
-                .id
-                .clone()
-                .unwrap_or_else(runner_api::generate_call_id),
+            id: call.id.clone().unwrap_or_else(runner_api::generate_call_id),
             name: call.tool.clone(),
             input_json: call.input.to_string(),
             confirmed,
@@ -204,7 +203,12 @@ impl Gate {
     }
 
     /// Runs a call to its end.
-    pub async fn call(&self, header: Option<&str>, addr: &SessionAddr, call: Call) -> Result<Outcome> {
+    pub async fn call(
+        &self,
+        header: Option<&str>,
+        addr: &SessionAddr,
+        call: Call,
+    ) -> Result<Outcome> {
         let a = self.admit(header, addr, Permission::Call).await?;
         let confirmed = self.check_call(addr, &a.session, &call)?;
         let _slot = self.limits.take(&a.caller.user)?;
@@ -338,7 +342,9 @@ impl Gate {
             )));
         }
         if !input.is_object() {
-            return Err(Error::Invalid("input: a tool's input is a JSON object".into()));
+            return Err(Error::Invalid(
+                "input: a tool's input is a JSON object".into(),
+            ));
         }
         tracing::info!(session = %addr, tool, approver = %a.caller.user, "call approved");
         Ok(self.approvals.issue(

@@ -49,9 +49,8 @@ fn input(json: &str) -> Result<serde_json::Value, Status> {
     if json.is_empty() {
         return Ok(serde_json::Value::Object(serde_json::Map::new()));
     }
-    serde_json::from_str(json).map_err(|e| {
-        Error::Invalid(format!("input_json: not JSON: {e}")).to_status()
-    })
+    serde_json::from_str(json)
+        .map_err(|e| Error::Invalid(format!("input_json: not JSON: {e}")).to_status())
 }
 
 fn call_of(r: &CallRequest) -> Result<Call, Status> {

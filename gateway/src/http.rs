@@ -33,13 +33,20 @@ pub fn router(gate: Arc<Gate>) -> Router {
             "/v1/namespaces/{ns}/sessions/{name}/calls/{id}/events",
             get(attach),
         )
-        .route("/v1/namespaces/{ns}/sessions/{name}/calls/{id}", delete(cancel))
-        .route("/v1/namespaces/{ns}/sessions/{name}/approvals", post(approve))
+        .route(
+            "/v1/namespaces/{ns}/sessions/{name}/calls/{id}",
+            delete(cancel),
+        )
+        .route(
+            "/v1/namespaces/{ns}/sessions/{name}/approvals",
+            post(approve),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(gate)
 }
 
+#[derive(Debug)]
 struct Failure(Error);
 
 impl From<Error> for Failure {
@@ -218,18 +225,18 @@ pub fn rfc3339(unix: i64) -> String {
 fn sse(events: Events) -> Response {
     let stream = events.map(|e| {
         let ev = match e {
-            Ok(Event::Stdout { offset, data }) => SseEvent::default()
-                .event("stdout")
-                .data(serde_json::json!({"offset": offset, "data": STANDARD.encode(data)}).to_string()),
-            Ok(Event::Stderr { offset, data }) => SseEvent::default()
-                .event("stderr")
-                .data(serde_json::json!({"offset": offset, "data": STANDARD.encode(data)}).to_string()),
+            Ok(Event::Stdout { offset, data }) => SseEvent::default().event("stdout").data(
+                serde_json::json!({"offset": offset, "data": STANDARD.encode(data)}).to_string(),
+            ),
+            Ok(Event::Stderr { offset, data }) => SseEvent::default().event("stderr").data(
+                serde_json::json!({"offset": offset, "data": STANDARD.encode(data)}).to_string(),
+            ),
             Ok(Event::Result(o)) => SseEvent::default()
                 .event("result")
                 .data(serde_json::to_string(&o).unwrap_or_default()),
-            Err(e) => SseEvent::default().event("error").data(
-                serde_json::json!({"code": e.code(), "message": e.to_string()}).to_string(),
-            ),
+            Err(e) => SseEvent::default()
+                .event("error")
+                .data(serde_json::json!({"code": e.code(), "message": e.to_string()}).to_string()),
         };
         Ok::<_, Infallible>(ev)
     });
@@ -251,11 +258,10 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_a_call_names_what_is_wrong() {
-        let e = parse::<CallBody>(br#"{"name": 5}"#).err().expect("refused");
+        let e = parse::<CallBody>(br#"{"name": 5}"#).expect_err("refused");
         assert!(e.0.to_string().contains("invalid type"), "{}", e.0);
         let e = parse::<CallBody>(br#"{"name": "bash", "confirmed": true}"#)
-            .err()
-            .expect("unknown field refused");
+            .expect_err("unknown field refused");
         assert!(e.0.to_string().contains("confirmed"), "{}", e.0);
     }
 }

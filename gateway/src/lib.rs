@@ -24,6 +24,7 @@ pub mod gate;
 pub mod grpc;
 pub mod http;
 pub mod limits;
+pub mod mcp;
 pub mod proto;
 pub mod runners;
 pub mod serve;

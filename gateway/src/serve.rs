@@ -67,10 +67,12 @@ pub async fn serve(
     limits: ConnLimits,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind {
-        addr: addr.to_string(),
-        source,
-    })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
     tracing::info!(%addr, tls = tls.is_some(), "gateway serving");
     serve_on(listener, app, tls, limits, stop).await
 }

@@ -10,6 +10,7 @@ use runner_api::proto::RunRequest;
 use runner_api::{RUNNER_PORT, exit};
 
 use crate::error::{Error, not_bound, refusal};
+use crate::kubeconfig::KubeFlags;
 use crate::{forward, session, unbound, wake};
 
 /// Call an AgentSession's tools from kubectl.
@@ -24,6 +25,8 @@ pub struct Cli {
     /// Namespace of the session (default: the kubeconfig context's).
     #[arg(short, long, global = true)]
     pub namespace: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeFlags,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -83,9 +86,7 @@ pub async fn main(cli: Cli) -> ExitCode {
 const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
-    let client = Client::try_default()
-        .await
-        .map_err(|e| Error::Config(e.to_string()))?;
+    let client = cli.kube.client().await?;
     let ns = cli
         .namespace
         .clone()

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod error;
 pub mod follow;
 pub mod forward;
+pub mod kubeconfig;
 pub mod session;
 pub mod unbound;
 pub mod wake;

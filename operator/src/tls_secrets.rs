@@ -151,7 +151,7 @@ async fn keep_current(
         &PatchParams::apply(crate::names::FIELD_MANAGER).force(),
         &Patch::Apply(&wanted),
     )
-        .await?;
+    .await?;
     tracing::info!(secret = %format!("{namespace}/{name}"), "issued a certificate");
     Ok(pair.not_after)
 }

@@ -38,6 +38,7 @@ pub use client::{Client, Events, Target, ToolResult};
 pub use error::Error;
 pub use invocation::{
     Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_PORT, RUNNER_SOCKET,
-    RUNNER_TLS_DIR, RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN, SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
+    RUNNER_TLS_DIR, RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN, SANDBOX_BIN_DIR, SPILL_DIR,
+    STATE_DIR, Serve,
 };
 pub use refusal::{REFUSAL_METADATA_KEY, Refusal};

@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the tools until SIGTERM (which drains in-flight calls).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Make one tool call and print {"content": ..., "is_error": ...} as one
     /// JSON line; exit 1 when is_error.
     Call(CallArgs),

@@ -13,7 +13,7 @@ const FAILED: u8 = 1;
 
 fn main() -> ExitCode {
     let code = match Cli::parse().command {
-        Command::Serve(args) => process(lifecycle::serve(args)),
+        Command::Serve(args) => process(lifecycle::serve(*args)),
         Command::Install { dest } => process(install::install(&dest)),
         Command::Call(args) => client(remote::block_on(remote::call(args))),
         Command::Health(args) => client(remote::block_on(remote::health(args))),

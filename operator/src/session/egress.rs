@@ -256,8 +256,11 @@ mod tests {
             enabled: true,
             gateway: Some(GatewaySource {
                 namespace: "agentplane-system".into(),
-                pod_labels: [("app.kubernetes.io/component".to_owned(), "gateway".to_owned())]
-                    .into(),
+                pod_labels: [(
+                    "app.kubernetes.io/component".to_owned(),
+                    "gateway".to_owned(),
+                )]
+                .into(),
             }),
             ..EgressPolicy::default()
         };

@@ -153,7 +153,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
             }),
             ..Volume::default()
         },
-            workspace_volume(session, cfg),
+        workspace_volume(session, cfg),
     ];
     if cfg.gateway {
         volumes.push(runner_tls_volume());

@@ -6,6 +6,8 @@
 //! to get one (`scripts/test-all.sh` starts it). `tests/follow.rs` is the
 //! exception: it needs only the built binaries.
 
+pub mod front;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
