@@ -573,18 +573,7 @@ async fn run(args: RunArgs) -> Result<()> {
             pod_config(&args),
             args.policy.policy(),
         ));
-        if let Some(ns) = &args.gateway.namespace {
-            let tls = crate::tls_secrets::bootstrap(
-                &client,
-                &args.lease_namespace,
-                &args.gateway.ca_secret,
-                ns,
-                &args.gateway.secret,
-                &args.gateway.dns_names,
-            )
-            .await?;
-            let _ = ctx.runner_tls.set(tls);
-        }
+        bootstrap_gateway(&args, &ctx).await?;
         let mcp = Destinations {
             allowed: args.mcp_allow_cidrs.clone(),
         };
@@ -618,6 +607,24 @@ async fn run(args: RunArgs) -> Result<()> {
     }
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// With a gateway: the CA and the gateway's certificate before anything
+/// reconciles, so that every sandbox pod made finds its runner certificate.
+async fn bootstrap_gateway(args: &RunArgs, ctx: &Context) -> Result<()> {
+    if let Some(ns) = &args.gateway.namespace {
+        let tls = crate::tls_secrets::bootstrap(
+            &ctx.client,
+            &args.lease_namespace,
+            &args.gateway.ca_secret,
+            ns,
+            &args.gateway.secret,
+            &args.gateway.dns_names,
+        )
+        .await?;
+        let _ = ctx.runner_tls.set(tls);
+    }
     Ok(())
 }
 
