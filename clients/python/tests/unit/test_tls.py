@@ -101,3 +101,21 @@ def test_the_total_timeout_holds_over_tls(https_server, certs):
     with pytest.raises(ap.Timeout):
         Gateway(https_url(https_server), "t", ca_file=str(certs / "ca.pem"), timeout=0.5).session("s").tools()
     assert time.monotonic() - t0 < 3.0
+
+
+def test_connect_to_opens_the_address_and_checks_the_urls_name(https_server, certs):
+    # The URL's port is wrong on purpose: only the connect_to address answers.
+    https_server.answer = lambda h: h.json(200, {"tools": []})
+    port = https_server.server_address[1]
+    g = Gateway("https://localhost:1", "t", ca_file=str(certs / "ca.pem"), connect_to=f"127.0.0.1:{port}")
+    assert g.session("s").tools() == []
+
+
+def test_connect_to_still_checks_the_certificate_against_the_urls_name(https_server, certs):
+    https_server.answer = lambda h: h.json(200, {"tools": []})
+    port = https_server.server_address[1]
+    g = Gateway(f"https://gateway.invalid:{port}", "t", ca_file=str(certs / "ca.pem"),
+                connect_to=f"127.0.0.1:{port}")
+    with pytest.raises(Exception) as e:
+        g.session("s").tools()
+    assert "gateway.invalid" in str(e.value) or "certificate" in str(e.value).lower()
