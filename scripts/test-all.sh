@@ -57,6 +57,9 @@ step "cargo test: unit, property and process-level tests"
 cargo test --workspace --locked --exclude e2e
 drop_test_executables
 
+step "the Python client's unit tests (clients/python; its live tests run in the gateway's end-to-end test)"
+"$AGENTPLANE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests/unit
+
 step "fuzz: every fuzz target for 60 s (libFuzzer via cargo-fuzz, nightly; fuzz/, docs/reliability.md)"
 scripts/fuzz.sh --time 60
 if lean; then rm -rf fuzz/target; fi
