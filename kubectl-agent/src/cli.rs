@@ -11,7 +11,7 @@ use runner_api::{RUNNER_PORT, exit};
 
 use crate::error::{Error, not_bound, refusal};
 use crate::kubeconfig::KubeFlags;
-use crate::{forward, session, unbound, wake};
+use crate::{forward, session, through_gateway, unbound, wake};
 
 /// Call an AgentSession's tools from kubectl.
 #[derive(Debug, Parser)]
@@ -86,7 +86,9 @@ pub async fn main(cli: Cli) -> ExitCode {
 const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
-    let client = cli.kube.client().await?;
+    let cfg = cli.kube.config().await?;
+    let token = through_gateway::bearer(&cfg);
+    let client = Client::try_from(cfg).map_err(|e| Error::Config(e.to_string()))?;
     let ns = cli
         .namespace
         .clone()
@@ -117,7 +119,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             json,
         } => {
             let s = wake::awake(&sessions, get(name).await?, WAKE_TIMEOUT).await?;
-            call(&client, &ns, &s, &tool, &input, confirm, id, json).await
+            call(&client, token, &ns, &s, &tool, &input, confirm, id, json).await
         }
         Command::Bash {
             session: name,
@@ -130,7 +132,10 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
             if follow {
                 follow_bash(&client, &ns, &s, &input, confirm).await
             } else {
-                call(&client, &ns, &s, "bash", &input, confirm, None, false).await
+                call(
+                    &client, token, &ns, &s, "bash", &input, confirm, None, false,
+                )
+                .await
             }
         }
     }
@@ -139,6 +144,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
 #[allow(clippy::too_many_arguments)]
 async fn call(
     client: &Client,
+    token: Option<String>,
     ns: &str,
     s: &AgentSession,
     tool: &str,
@@ -153,11 +159,34 @@ async fn call(
         return Err(Error::Input(format!("got {parsed}")));
     }
     let pod = session::preflight(s, tool, confirm)?;
+    let id = id.unwrap_or_else(runner_api::generate_call_id);
+    let name = s.metadata.name.as_deref().unwrap_or_default();
+    if let Some(mut gw) = through_gateway::route(client, token).await {
+        let ask = s
+            .status
+            .as_ref()
+            .and_then(|st| st.policies.get(tool))
+            .is_some_and(|p| p == "always_ask");
+        match gw.call(ns, name, tool, input, &id, confirm && ask).await? {
+            through_gateway::Outcome::Done(r) => {
+                return print_result(
+                    &runner_api::ToolResult {
+                        content: r.content,
+                        is_error: r.is_error,
+                    },
+                    json,
+                );
+            }
+            through_gateway::Outcome::Fallback(why) => {
+                eprintln!(
+                    "kubectl agent: the gateway did not take the call ({why}); using port-forward"
+                );
+            }
+        }
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
     let mut runner = runner_api::Client::from_channel(channel);
-    let id = id.unwrap_or_else(runner_api::generate_call_id);
-    let name = s.metadata.name.as_deref().unwrap_or_default();
     // A warm sandbox may not know its session yet (see `unbound`): the same
     // call (nothing ran) is tried again on the same connection.
     let mut unbound_since = None;
@@ -173,8 +202,14 @@ async fn call(
             unbound::Next::Fail => return Err(refusal(e, tool, name)),
         }
     };
+    print_result(&resp, json)
+}
+
+/// Prints a result as the model sees it (or as one JSON line) and gives
+/// the exit code.
+fn print_result(resp: &runner_api::ToolResult, json: bool) -> Result<ExitCode, Error> {
     if json {
-        let line = serde_json::to_string(&resp).map_err(|e| Error::Output(e.to_string()))?;
+        let line = serde_json::to_string(resp).map_err(|e| Error::Output(e.to_string()))?;
         println!("{line}");
     } else {
         print!("{}", resp.content);

@@ -56,6 +56,12 @@ pub enum Error {
     Output(String),
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// The gateway refused the call (a permission, an approval).
+    #[error("the gateway refused the call: {0}")]
+    GatewayRefused(String),
+    /// The gateway took the call and could not finish it.
+    #[error("the gateway could not make the call: {0}")]
+    Gateway(String),
 }
 
 impl Error {
@@ -70,6 +76,7 @@ impl Error {
             Self::Disabled { .. }
             | Self::ConfirmationRequired { .. }
             | Self::NotSandboxTool { .. }
+            | Self::GatewayRefused(_)
             | Self::Input(_) => exit::REFUSED,
             Self::Runner(e) => e.exit_code(),
             Self::Config(_)
@@ -81,6 +88,7 @@ impl Error {
             | Self::PortForward { .. }
             | Self::Disconnected { .. }
             | Self::Output(_)
+            | Self::Gateway(_)
             | Self::Kube(_) => exit::COULD_NOT_CALL,
         }
     }

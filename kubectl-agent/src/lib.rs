@@ -7,6 +7,7 @@ pub mod follow;
 pub mod forward;
 pub mod kubeconfig;
 pub mod session;
+pub mod through_gateway;
 pub mod unbound;
 pub mod wake;
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -156,7 +156,80 @@ async fn keep_current(
     Ok(pair.not_after)
 }
 
-/// At start: the CA, and the gateway's certificate from it.
+/// Where clients learn of the gateway: a ConfigMap in `kube-public`
+/// (readable by every authenticated user, by the chart's Role there) with
+/// its URL, its Service's address and the CA that signed its certificate.
+pub const DIRECTORY_NAMESPACE: &str = "kube-public";
+pub const DIRECTORY_NAME: &str = "agentplane-gateway";
+
+/// The directory entry for a gateway Service (pure).
+pub fn directory(service: &Service, namespace: &str, ca_pem: &str) -> ConfigMap {
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let spec = service.spec.as_ref();
+    let port = spec
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .map_or(443, |p| p.port);
+    let mut data = BTreeMap::from([
+        (
+            "url".to_owned(),
+            format!("https://{name}.{namespace}.svc:{port}"),
+        ),
+        ("ca.crt".to_owned(), ca_pem.to_owned()),
+    ]);
+    if let Some(ip) = spec
+        .and_then(|s| s.cluster_ip.as_deref())
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+    {
+        let addr = match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{port}"),
+            _ => format!("{ip}:{port}"),
+        };
+        data.insert("address".to_owned(), addr);
+    }
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(DIRECTORY_NAME.to_owned()),
+            namespace: Some(DIRECTORY_NAMESPACE.to_owned()),
+            labels: Some(labels()),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    }
+}
+
+/// Publishes the gateway's directory entry; a missing Service or a refused
+/// write is logged, not fatal (clients then use port-forward).
+async fn publish(client: &Client, namespace: &str, service: &str, ca: &Pair) {
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let svc = match services.get_opt(service).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            tracing::warn!(service, "the gateway's Service is missing; not published");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the gateway's Service; not published");
+            return;
+        }
+    };
+    let cm = directory(&svc, namespace, &ca.cert_pem);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), DIRECTORY_NAMESPACE);
+    if let Err(e) = api
+        .patch(
+            DIRECTORY_NAME,
+            &PatchParams::apply(crate::names::FIELD_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "cannot publish the gateway in {DIRECTORY_NAMESPACE}/{DIRECTORY_NAME}");
+    }
+}
+
+/// At start: the CA, the gateway's certificate from it, and the gateway's
+/// directory entry for clients.
 pub async fn bootstrap(
     client: &Client,
     operator_namespace: &str,
@@ -171,6 +244,9 @@ pub async fn bootstrap(
         certs::gateway_cert(&ca, gateway_dns, OffsetDateTime::now_utc())
     })
     .await?;
+    if let Some(service) = gateway_dns.first() {
+        publish(client, gateway_namespace, service, &ca).await;
+    }
     Ok(Arc::new(RunnerTls {
         ca,
         known: Mutex::new(HashMap::new()),
@@ -209,5 +285,39 @@ impl RunnerTls {
         if let Ok(mut k) = self.known.lock() {
             k.remove(namespace);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+
+    #[test]
+    fn the_directory_names_the_url_the_address_and_the_ca() {
+        let svc = Service {
+            metadata: ObjectMeta {
+                name: Some("agentplane-gateway".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("10.96.0.12".into()),
+                ports: Some(vec![ServicePort {
+                    port: 443,
+                    ..ServicePort::default()
+                }]),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        };
+        let cm = directory(&svc, "agentplane-system", "PEM");
+        let data = cm.data.expect("data");
+        assert_eq!(
+            data["url"],
+            "https://agentplane-gateway.agentplane-system.svc:443"
+        );
+        assert_eq!(data["address"], "10.96.0.12:443");
+        assert_eq!(data["ca.crt"], "PEM");
+        assert_eq!(cm.metadata.namespace.as_deref(), Some("kube-public"));
     }
 }

@@ -102,6 +102,22 @@ metadata: {{name: approver, namespace: {ns}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agentplane-session-approver}}
 subjects: [{{kind: ServiceAccount, name: approver, namespace: {ns}}}]
 ---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: human, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: human-caller, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agentplane-session-caller}}
+subjects: [{{kind: ServiceAccount, name: human, namespace: {ns}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: human-approver, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agentplane-session-approver}}
+subjects: [{{kind: ServiceAccount, name: human, namespace: {ns}}}]
+---
 # The Python client's tests make and delete a session of their own.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -166,6 +182,7 @@ fn walk(k: &Kubectl) {
     let nobody = token(k, &ns.name, "nobody");
     let front = Front::of(k, RELEASE_NS, GATEWAY);
     plugin_flags(k, &ns.name);
+    plugin_through_gateway(k, &ns.name, &caller, &token(k, &ns.name, "human"));
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(http_checks(&front, &ns.name, &caller, &approver, &nobody));
     rt.block_on(grpc_checks(&front, &ns.name, &caller, &approver, &nobody));
@@ -577,6 +594,90 @@ fn plugin_flags(k: &Kubectl, ns: &str) {
     let (code, _, err) = agent(k, ns, &["--context", "no-such-context", "tools", "s1"]);
     assert_ne!(code, 0);
     assert!(err.contains("no-such-context"), "{err}");
+}
+
+/// `kubectl agent` with a kubeconfig whose user has a bearer token goes
+/// through the gateway: the caller's service account has no
+/// pods/portforward, so a result proves the route. `--confirm` on an
+/// always_ask tool is an approval asked as the user: refused for the
+/// caller, granted for a human with both roles.
+fn plugin_through_gateway(k: &Kubectl, ns: &str, caller: &str, human: &str) {
+    write_g_txt(k, ns);
+    let dir = tempfile::tempdir().expect("dir");
+    let (server, ca) = api_server(k, dir.path());
+    let kubeconfig = |who: &str, token: &str| {
+        let path = dir.path().join(format!("{who}.kubeconfig"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\", certificate-authority: \"{}\"}}}}]\nusers: [{{name: u, user: {{token: \"{token}\"}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u, namespace: {ns}}}}}]\ncurrent-context: x\n",
+                ca.display()
+            ),
+        )
+        .expect("kubeconfig");
+        path.to_string_lossy().into_owned()
+    };
+    let as_caller = kubeconfig("caller", caller);
+    let (code, out, err) = agent(
+        k,
+        ns,
+        &[
+            "--kubeconfig",
+            &as_caller,
+            "call",
+            "s1",
+            "read",
+            r#"{"file_path": "/workspace/g.txt"}"#,
+        ],
+    );
+    assert_eq!(code, 0, "read through the gateway: {err}");
+    assert!(out.contains("gamma"), "{out}");
+    let (code, _, err) = agent(
+        k,
+        ns,
+        &[
+            "--kubeconfig",
+            &as_caller,
+            "bash",
+            "s1",
+            "--confirm",
+            "--",
+            "echo no",
+        ],
+    );
+    assert_eq!(code, 2, "the caller may not approve: {err}");
+    assert!(err.contains("agentsessions/approve"), "{err}");
+    let as_human = kubeconfig("human", human);
+    let (code, out, err) = agent(
+        k,
+        ns,
+        &[
+            "--kubeconfig",
+            &as_human,
+            "bash",
+            "s1",
+            "--confirm",
+            "--",
+            "echo via-$((40+2))",
+        ],
+    );
+    assert_eq!(code, 0, "approved and run through the gateway: {err}");
+    assert_eq!(out.trim(), "via-42");
+}
+
+/// Makes sure /workspace/g.txt holds "gamma" (the HTTP checks wrote it).
+fn write_g_txt(k: &Kubectl, ns: &str) {
+    let (code, _, err) = agent(
+        k,
+        ns,
+        &[
+            "call",
+            "s1",
+            "write",
+            r#"{"file_path": "/workspace/g.txt", "content": "alpha\ngamma\n"}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
 }
 
 /// The Python client's live tests, against this gateway and session.
