@@ -27,6 +27,11 @@ pub struct Cli {
     pub namespace: Option<String>,
     #[command(flatten)]
     pub kube: KubeFlags,
+    /// Never use the gateway; always port-forward (e.g. from outside the
+    /// cluster, where its address does not route and each call would
+    /// first wait 2 s for it).
+    #[arg(long, global = true, env = "KUBECTL_AGENT_NO_GATEWAY")]
+    pub no_gateway: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -87,7 +92,9 @@ const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 async fn run(cli: Cli) -> Result<ExitCode, Error> {
     let cfg = cli.kube.config().await?;
-    let token = through_gateway::bearer(&cfg);
+    let token = (!cli.no_gateway)
+        .then(|| through_gateway::bearer(&cfg))
+        .flatten();
     let client = Client::try_from(cfg).map_err(|e| Error::Config(e.to_string()))?;
     let ns = cli
         .namespace
