@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use e2e::front::{Front, secret_data, token, with_token};
-use e2e::{Kubectl, Namespace, Run, agent, env_or, percentile, root, sandbox_image, wait_for};
+use e2e::front::{Front, api_server, secret_data, token, with_token};
+use e2e::{Kubectl, Namespace, agent, env_or, helm, percentile, root, sandbox_image, wait_for};
 use gateway::proto::gateway_client::GatewayClient;
 use gateway::proto::{CallRequest, Session};
 use runner_api::proto::RunRequest;
@@ -32,16 +32,6 @@ const RELEASE: &str = "agentplane";
 const SYSTEM: &str = "bench-gw-system";
 const NS: &str = "bench-gw";
 const GATEWAY: &str = "agentplane-gateway";
-
-fn helm(k: &Kubectl, args: &[&str]) -> Run {
-    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
-    std::process::Command::new(&bin)
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
-        .into()
-}
 
 fn figure(name: &str, value: impl std::fmt::Display) {
     println!("figure: {name} {value}");
@@ -391,32 +381,7 @@ fn warm_first_result(k: &Kubectl, front: &Front, caller: &str) {
     let dir = tempfile::tempdir().expect("dir");
     let ca = dir.path().join("ca.crt");
     std::fs::write(&ca, &front.ca).expect("ca");
-    let api_ca = dir.path().join("api-ca.crt");
-    let kc: serde_json::Value =
-        serde_json::from_str(&k.must(&["config", "view", "--raw", "--minify", "-o", "json"]))
-            .expect("kubeconfig");
-    let server = kc["clusters"][0]["cluster"]["server"]
-        .as_str()
-        .expect("server")
-        .to_owned();
-    let api_ca_data = kc["clusters"][0]["cluster"]["certificate-authority-data"]
-        .as_str()
-        .map(|d| {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD
-                .decode(d)
-                .expect("base64")
-        });
-    match (
-        api_ca_data,
-        kc["clusters"][0]["cluster"]["certificate-authority"].as_str(),
-    ) {
-        (Some(d), _) => std::fs::write(&api_ca, d).expect("api ca"),
-        (None, Some(path)) => {
-            std::fs::copy(path, &api_ca).expect("api ca");
-        }
-        _ => panic!("the kubeconfig names no CA"),
-    }
+    let (server, api_ca) = api_server(k, dir.path());
     let python = std::env::var("AGENTPLANE_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = std::process::Command::new(python)
         .arg(root().join("clients/python/bench_first_result.py"))

@@ -96,3 +96,31 @@ pub fn token(k: &Kubectl, ns: &str, sa: &str) -> String {
         .trim()
         .to_owned()
 }
+
+/// The API server's URL and a file with its CA, from the kubeconfig.
+pub fn api_server(k: &Kubectl, dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    use base64::Engine;
+    let kc: serde_json::Value =
+        serde_json::from_str(&k.must(&["config", "view", "--raw", "--minify", "-o", "json"]))
+            .expect("kubeconfig");
+    let cluster = &kc["clusters"][0]["cluster"];
+    let server = cluster["server"].as_str().expect("server").to_owned();
+    let path = dir.join("api-ca.crt");
+    match (
+        cluster["certificate-authority-data"].as_str(),
+        cluster["certificate-authority"].as_str(),
+    ) {
+        (Some(d), _) => std::fs::write(
+            &path,
+            base64::engine::general_purpose::STANDARD
+                .decode(d)
+                .expect("base64"),
+        )
+        .expect("write"),
+        (None, Some(p)) => {
+            std::fs::copy(p, &path).expect("copy");
+        }
+        _ => panic!("the kubeconfig names no CA"),
+    }
+    (server, path)
+}

@@ -430,6 +430,17 @@ pub fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `helm` (from `HELM`, else PATH) against the harness cluster.
+pub fn helm(k: &Kubectl, args: &[&str]) -> Run {
+    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
+    Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", &k.kubeconfig)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
+        .into()
+}
+
 /// The sessions in `ns`, name by UID (what owner references name); empty
 /// when they cannot be listed.
 pub fn sessions_by_uid(k: &Kubectl, ns: &str) -> std::collections::BTreeMap<String, String> {

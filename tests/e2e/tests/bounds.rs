@@ -10,11 +10,10 @@
 //! operator keeps reconciling. The neighbour's latency before and during
 //! each attack is printed as `figure:` lines (docs/reliability.md).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Kubectl, Namespace, Run, agent, condition, ms, root, sandbox_image, static_volume, wait_for,
+    Kubectl, Namespace, agent, condition, helm, ms, root, sandbox_image, static_volume, wait_for,
 };
 use serde_json::Value;
 
@@ -22,16 +21,6 @@ const RELEASE: &str = "bounds";
 const RELEASE_NS: &str = "agentplane-bounds";
 const PV: &str = "agentplane-e2e-bounds";
 const T: Duration = Duration::from_secs(180);
-
-fn helm(k: &Kubectl, args: &[&str]) -> Run {
-    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
-    Command::new(&bin)
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
-        .into()
-}
 
 #[test]
 fn fences_hold_against_a_namespace_admin_and_disk_bounds_evict() {

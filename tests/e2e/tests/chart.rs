@@ -2,23 +2,12 @@
 //! project's own images, a session applied, every tool called through
 //! `kubectl agent`, the session deleted, the release upgraded and removed.
 
-use std::process::Command;
 use std::time::Duration;
 
-use e2e::{Kubectl, Namespace, Run, agent, root, sandbox_image, wait_for};
+use e2e::{Kubectl, Namespace, agent, helm, root, sandbox_image, wait_for};
 
 const RELEASE: &str = "agentplane";
 const RELEASE_NS: &str = "agentplane-e2e";
-
-fn helm(k: &Kubectl, args: &[&str]) -> Run {
-    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
-    Command::new(&bin)
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
-        .into()
-}
 
 #[test]
 fn helm_install_session_tools_upgrade_uninstall() {

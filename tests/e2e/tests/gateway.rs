@@ -8,8 +8,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::front::{Front, token, with_token};
-use e2e::{Kubectl, Namespace, Run, agent, root, sandbox_image, wait_for};
+use e2e::front::{Front, api_server, token, with_token};
+use e2e::{Kubectl, Namespace, agent, helm, root, sandbox_image, wait_for};
 use gateway::proto::gateway_client::GatewayClient;
 use gateway::proto::{CallRequest, ListToolsRequest, Session, call_event};
 use serde_json::{Value, json};
@@ -17,16 +17,6 @@ use serde_json::{Value, json};
 const RELEASE: &str = "agentplane";
 const RELEASE_NS: &str = "agentplane-gw";
 const GATEWAY: &str = "agentplane-gateway";
-
-fn helm(k: &Kubectl, args: &[&str]) -> Run {
-    let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
-    Command::new(&bin)
-        .args(args)
-        .env("KUBECONFIG", &k.kubeconfig)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
-        .into()
-}
 
 #[test]
 fn the_gateway_authorises_by_kubernetes_over_grpc_and_http() {
@@ -739,34 +729,6 @@ fn mcp_client(ns: &str, f: &Front, caller: &str, nobody: &str) {
     );
     eprintln!("{text}");
     assert!(out.status.success(), "the MCP client failed:\n{text}");
-}
-
-/// The API server's URL and a file with its CA, from the kubeconfig.
-fn api_server(k: &Kubectl, dir: &std::path::Path) -> (String, std::path::PathBuf) {
-    use base64::Engine;
-    let kc: serde_json::Value =
-        serde_json::from_str(&k.must(&["config", "view", "--raw", "--minify", "-o", "json"]))
-            .expect("kubeconfig");
-    let cluster = &kc["clusters"][0]["cluster"];
-    let server = cluster["server"].as_str().expect("server").to_owned();
-    let path = dir.join("api-ca.crt");
-    match (
-        cluster["certificate-authority-data"].as_str(),
-        cluster["certificate-authority"].as_str(),
-    ) {
-        (Some(d), _) => std::fs::write(
-            &path,
-            base64::engine::general_purpose::STANDARD
-                .decode(d)
-                .expect("base64"),
-        )
-        .expect("write"),
-        (None, Some(p)) => {
-            std::fs::copy(p, &path).expect("copy");
-        }
-        _ => panic!("the kubeconfig names no CA"),
-    }
-    (server, path)
 }
 
 /// Only the gateway reaches a runner: another pod in the tenant's
