@@ -90,6 +90,14 @@ impl Auth {
         }
     }
 
+    /// One of the reviews allowed in flight at once.
+    async fn review_slot(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        self.in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::Unavailable("the gateway is shutting down".into()))
+    }
+
     /// The caller behind an `Authorization` header value.
     pub async fn authenticate(&self, header: Option<&str>) -> Result<Caller> {
         let token = bearer(header)?;
@@ -98,11 +106,7 @@ impl Auth {
         if let Some(known) = self.tokens.get(&key, now) {
             return known.ok_or_else(refused);
         }
-        let _permit = self
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| Error::Unavailable("the gateway is shutting down".into()))?;
+        let _permit = self.review_slot().await?;
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),
@@ -172,11 +176,7 @@ impl Auth {
         addr: &SessionAddr,
         permission: Permission,
     ) -> Result<bool> {
-        let _permit = self
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| Error::Unavailable("the gateway is shutting down".into()))?;
+        let _permit = self.review_slot().await?;
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(caller.user.clone()),

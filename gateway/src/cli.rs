@@ -102,18 +102,34 @@ fn read(dir: &Path, file: &str) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The gate from the files in `tls_dir` and a client.
-pub fn gate(args: &Args, client: Client, directory: Directory) -> Result<Arc<Gate>> {
-    let cert = read(&args.tls_dir, "tls.crt")?;
-    let key = read(&args.tls_dir, "tls.key")?;
-    let ca = read(&args.tls_dir, "ca.crt")?;
-    Ok(Arc::new(Gate {
+/// The gateway's certificate, key and the runners' CA, as read from
+/// `--tls-dir` (once, at start).
+#[derive(Debug)]
+pub struct Certs {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    pub ca: Vec<u8>,
+}
+
+impl Certs {
+    pub fn read(dir: &Path) -> Result<Self> {
+        Ok(Self {
+            cert: read(dir, "tls.crt")?,
+            key: read(dir, "tls.key")?,
+            ca: read(dir, "ca.crt")?,
+        })
+    }
+}
+
+/// The gate from the certificates and a client.
+pub fn gate(args: &Args, certs: &Certs, client: Client, directory: Directory) -> Arc<Gate> {
+    Arc::new(Gate {
         auth: Auth::new(client, args.audiences.clone(), args.cache_entries),
         directory,
-        runners: Runners::new(&cert, &key, &ca, args.max_runners),
-        approvals: Approvals::new(&key),
+        runners: Runners::new(&certs.cert, &certs.key, &certs.ca, args.max_runners),
+        approvals: Approvals::new(&certs.key),
         limits: Limits::new(args.max_calls_per_caller, args.max_calls, args.max_callers),
-    }))
+    })
 }
 
 /// Every front on one router.
@@ -131,17 +147,15 @@ async fn run(args: Args) -> Result<()> {
     })?;
     let (directory, watches) = Directory::start(client.clone());
     tokio::spawn(watches);
-    let gate = gate(&args, client, directory.clone())?;
+    let certs = Certs::read(&args.tls_dir)?;
+    let gate = gate(&args, &certs, client, directory.clone());
     tracing::info!("waiting for the session and pod caches");
     directory.ready().await;
     let tls = if args.plaintext {
         tracing::warn!("--plaintext: serving without TLS");
         None
     } else {
-        Some(serve::tls_config(
-            &read(&args.tls_dir, "tls.crt")?,
-            &read(&args.tls_dir, "tls.key")?,
-        )?)
+        Some(serve::tls_config(&certs.cert, &certs.key)?)
     };
     let limits = ConnLimits {
         max_connections: args.max_connections,

@@ -123,6 +123,15 @@ impl Directory {
         runner_of(addr, &pod)
     }
 
+    /// The UIDs of the sandbox pods that exist.
+    pub fn pod_uids(&self) -> std::collections::HashSet<String> {
+        self.pods
+            .state()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect()
+    }
+
     /// Whether a pod with this UID still exists.
     pub fn has_pod(&self, uid: &str) -> bool {
         self.pods

@@ -112,7 +112,7 @@ impl Gate {
     )> {
         let at = self.directory.runner(addr, session)?;
         let dir = &self.directory;
-        let client = self.runners.client(&at, |uid| dir.has_pod(uid))?;
+        let client = self.runners.client(&at, || dir.pod_uids())?;
         Ok((at.pod_uid, client))
     }
 

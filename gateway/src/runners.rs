@@ -48,13 +48,13 @@ impl Runners {
         }
     }
 
-    /// A client of the runner at `at`, on its pooled channel. `alive` says
-    /// whether a pod UID still exists, to drop channels of gone pods when
-    /// the pool is full.
+    /// A client of the runner at `at`, on its pooled channel. `alive` gives
+    /// the UIDs of the pods that still exist, asked only when the pool is
+    /// full, to drop the channels of gone pods.
     pub fn client(
         &self,
         at: &RunnerAt,
-        alive: impl Fn(&str) -> bool,
+        alive: impl FnOnce() -> std::collections::HashSet<String>,
     ) -> Result<RunnerClient<Channel>> {
         let mut map = self
             .channels
@@ -66,7 +66,8 @@ impl Runners {
             return Ok(client(ch.clone()));
         }
         if map.len() >= self.max {
-            map.retain(|uid, _| alive(uid));
+            let alive = alive();
+            map.retain(|uid, _| alive.contains(uid));
             if map.len() >= self.max {
                 return Err(Error::TooManyRequests(format!(
                     "the gateway holds connections to {} runners, its most; add replicas or raise --max-runners",
