@@ -60,6 +60,9 @@ drop_test_executables
 step "the Python client's unit tests (clients/python; its live tests run in the gateway's end-to-end test)"
 "$AGENTPLANE_PYTHON" -m pytest -q -p no:cacheprovider clients/python/tests/unit
 
+step "the Managed Agents stand-in against the official EnvironmentWorker (anthropic 2.10.0; tests/managed)"
+"$AGENTPLANE_PYTHON" -m pytest -q -p no:cacheprovider tests/managed
+
 step "fuzz: every fuzz target for 60 s (libFuzzer via cargo-fuzz, nightly; fuzz/, docs/reliability.md)"
 scripts/fuzz.sh --time 60
 if lean; then rm -rf fuzz/target; fi

@@ -96,6 +96,33 @@ pub struct WarmPoolTemplate {
     pub empty_dir: Option<EmptyDirWorkspace>,
 }
 
+impl WarmPoolTemplate {
+    /// The session spec a pod of this template serves, less what is bound
+    /// late (tools, the pool's name): what a cold session asking for
+    /// exactly this pod would say.
+    pub fn session_spec(&self) -> crate::AgentSessionSpec {
+        crate::AgentSessionSpec {
+            image: self.image.clone(),
+            workdir: self.workdir.clone(),
+            tools: Vec::new(),
+            mcp_servers: Vec::new(),
+            resources: self.resources.clone(),
+            env: self.env.clone(),
+            runtime_class_name: self.runtime_class_name.clone(),
+            node_selector: self.node_selector.clone(),
+            tolerations: self.tolerations.clone(),
+            workspace: self.empty_dir.clone().map(|e| crate::WorkspaceStorage {
+                empty_dir: Some(e),
+                volume_claim_template: None,
+            }),
+            lifetime: None,
+            suspended: None,
+            warm_pool: None,
+            from: None,
+        }
+    }
+}
+
 /// What the operator observed of a pool.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

@@ -26,6 +26,7 @@ pub mod http;
 pub mod limits;
 pub mod mcp;
 pub mod proto;
+pub mod published;
 pub mod runners;
 pub mod serve;
 

@@ -1,4 +1,4 @@
-//! The command line: `kubectl agent tools|call|bash`.
+//! The command line: `kubectl agent tools|call|bash|cp`.
 
 use std::process::ExitCode;
 
@@ -11,9 +11,9 @@ use runner_api::{RUNNER_PORT, exit};
 
 use crate::error::{Error, not_bound, refusal};
 use crate::kubeconfig::KubeFlags;
-use crate::{forward, session, through_gateway, unbound, wake};
+use crate::{cp, forward, session, through_gateway, unbound, wake};
 
-/// Call an AgentSession's tools from kubectl.
+/// Call an AgentSession's tools, and copy files to and from it, from kubectl.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-agent",
@@ -70,6 +70,27 @@ pub enum Command {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Copy a file or directory to or from a session's workspace (modes and
+    /// symbolic links kept, setuid/setgid dropped; all or nothing). One of
+    /// SRC and DST is SESSION:PATH, PATH relative to the workdir (empty for
+    /// the workdir itself); SESSION:DIR/ puts a file inside DIR. Through
+    /// port-forward only, never the gateway.
+    Cp {
+        src: String,
+        dst: String,
+        /// Replace what is in the way (a directory whole; on upload, the
+        /// clashing top-level names).
+        #[arg(long)]
+        overwrite: bool,
+        /// Most bytes of file content copied [default: 2 GiB here; the
+        /// runner's --max-transfer-bytes bounds it there].
+        #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+        max_bytes: u64,
+        /// Take symbolic links that lead out of the copied tree (a
+        /// virtualenv's bin/python); refused otherwise.
+        #[arg(long)]
+        allow_escaping_symlinks: bool,
     },
 }
 
@@ -144,6 +165,53 @@ async fn run(cli: Cli) -> Result<ExitCode, Error> {
                 )
                 .await
             }
+        }
+        Command::Cp {
+            src,
+            dst,
+            overwrite,
+            max_bytes,
+            allow_escaping_symlinks,
+        } => {
+            let opts = cp::Options {
+                overwrite,
+                max_bytes,
+                allow_escaping_symlinks,
+            };
+            let (session, remote, local, down) = match (
+                cp::Place::parse(&src),
+                cp::Place::parse(&dst),
+            ) {
+                (cp::Place::Session { name, path }, cp::Place::Local(l)) => (name, path, l, true),
+                (cp::Place::Local(l), cp::Place::Session { name, path }) => (name, path, l, false),
+                _ => {
+                    return Err(Error::Cp(
+                        "exactly one of SRC and DST must be SESSION:PATH (write ./a:b for a local name with a colon)".into(),
+                    ));
+                }
+            };
+            let s = wake::awake(&sessions, get(session).await?, WAKE_TIMEOUT).await?;
+            let pod = session::ready_pod(&s)?;
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let channel = forward::channel(pods, pod, RUNNER_PORT).await?;
+            let mut runner = runner_api::Client::from_channel(channel);
+            let copied = if down {
+                cp::download(&mut runner, &remote, &local, opts).await?
+            } else {
+                cp::upload(&mut runner, &local, &remote, opts).await?
+            };
+            eprintln!(
+                "kubectl agent: copied {} entries ({} bytes) to {}",
+                copied.entries, copied.bytes, copied.to
+            );
+            if copied.skipped_count > 0 {
+                eprintln!(
+                    "kubectl agent: left out {}: {}",
+                    copied.skipped_count,
+                    copied.skipped.join("; ")
+                );
+            }
+            Ok(ExitCode::from(exit::OK))
         }
     }
 }

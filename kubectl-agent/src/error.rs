@@ -54,6 +54,21 @@ pub enum Error {
     Disconnected { times: u32, id: String },
     #[error("cannot write the output: {0}")]
     Output(String),
+    /// A copy that cannot be made as asked (which side is the session's,
+    /// a target in the way).
+    #[error("cp: {0}")]
+    Cp(String),
+    /// A file on this side could not be read or written.
+    #[error("cp: {context}: {source}")]
+    Local {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An archive that could not be packed here, or that the session sent
+    /// and this side refused (the message names the entry).
+    #[error("cp: {0}")]
+    Archive(#[from] archive::Error),
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
     /// The gateway refused the call (a permission, an approval).
@@ -77,7 +92,10 @@ impl Error {
             | Self::ConfirmationRequired { .. }
             | Self::NotSandboxTool { .. }
             | Self::GatewayRefused(_)
-            | Self::Input(_) => exit::REFUSED,
+            | Self::Input(_)
+            | Self::Cp(_) => exit::REFUSED,
+            Self::Archive(archive::Error::Io { .. }) | Self::Local { .. } => exit::COULD_NOT_CALL,
+            Self::Archive(_) => exit::REFUSED,
             Self::Runner(e) => e.exit_code(),
             Self::Config(_)
             | Self::NotFound { .. }

@@ -2,6 +2,7 @@
 //! a time through port-forward to the runner, printed as the model sees it.
 
 pub mod cli;
+pub mod cp;
 pub mod error;
 pub mod follow;
 pub mod forward;

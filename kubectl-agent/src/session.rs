@@ -8,6 +8,32 @@ use crate::error::Error;
 
 /// The pre-flight verdict for calling `tool` on `session`.
 pub fn preflight(session: &AgentSession, tool: &str, confirmed: bool) -> Result<String, Error> {
+    let pod = ready_pod(session)?;
+    let name = session.metadata.name.clone().unwrap_or_default();
+    let status = session.status.clone().unwrap_or_default();
+    if toolset::is_web_tool(tool) {
+        return Err(Error::NotSandboxTool {
+            tool: tool.to_owned(),
+        });
+    }
+    let Some(policy) = status.policies.get(tool) else {
+        let enabled: Vec<&str> = status.policies.keys().map(String::as_str).collect();
+        return Err(Error::Disabled {
+            session: name,
+            tool: tool.to_owned(),
+            enabled: enabled.join(", "),
+        });
+    };
+    if policy == "always_ask" && !confirmed {
+        return Err(Error::ConfirmationRequired {
+            tool: tool.to_owned(),
+        });
+    }
+    Ok(pod)
+}
+
+/// The pod of a Ready session (what `cp` needs: no tool is called).
+pub fn ready_pod(session: &AgentSession) -> Result<String, Error> {
     let name = session.metadata.name.clone().unwrap_or_default();
     let status = session.status.clone().unwrap_or_default();
     if status.phase != Some(SessionPhase::Ready) {
@@ -26,24 +52,6 @@ pub fn preflight(session: &AgentSession, tool: &str, confirmed: bool) -> Result<
             session: name,
             phase,
             detail,
-        });
-    }
-    if toolset::is_web_tool(tool) {
-        return Err(Error::NotSandboxTool {
-            tool: tool.to_owned(),
-        });
-    }
-    let Some(policy) = status.policies.get(tool) else {
-        let enabled: Vec<&str> = status.policies.keys().map(String::as_str).collect();
-        return Err(Error::Disabled {
-            session: name,
-            tool: tool.to_owned(),
-            enabled: enabled.join(", "),
-        });
-    };
-    if policy == "always_ask" && !confirmed {
-        return Err(Error::ConfirmationRequired {
-            tool: tool.to_owned(),
         });
     }
     status.pod_name.ok_or(Error::NotReady {

@@ -12,15 +12,14 @@ use std::time::Duration;
 
 use gateway::proto::gateway_client::GatewayClient;
 use gateway::proto::{ApproveRequest, CallRequest, CallResult, Session};
+use gateway::published::{self, Published};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use secrecy::ExposeSecret;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 
 use crate::error::Error;
 
-/// Where the operator publishes the gateway.
-const DIRECTORY: (&str, &str) = ("kube-public", "agentplane-gateway");
 /// A gateway that has not answered by then is taken as unreachable.
 const CONNECT: Duration = Duration::from_secs(2);
 /// A token file larger than this is not one.
@@ -50,44 +49,20 @@ pub struct Route {
     token: String,
 }
 
-/// `https://HOST:PORT` -> (HOST, PORT).
-fn host_port(url: &str) -> Option<(String, u16)> {
-    let rest = url.strip_prefix("https://")?;
-    let authority = rest.split('/').next()?;
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h, p.parse().ok()?),
-        _ => (authority, 443),
-    };
-    (!host.is_empty()).then(|| (host.trim_matches(['[', ']']).to_owned(), port))
-}
-
 /// The gateway, if there is one to use.
 pub async fn route(kube: &Client, token: Option<String>) -> Option<Route> {
     let token = token?;
-    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), DIRECTORY.0);
-    let data = cms.get_opt(DIRECTORY.1).await.ok()??.data?;
-    let (host, port) = host_port(data.get("url")?)?;
-    let ca = data.get("ca.crt")?;
-    let target = data
-        .get("address")
-        .cloned()
-        .unwrap_or_else(|| format!("{host}:{port}"));
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .domain_name(host);
-    let channel = Endpoint::from_shared(format!("https://{target}"))
+    let cms: Api<ConfigMap> = Api::namespaced(kube.clone(), published::NAMESPACE);
+    let data = cms.get_opt(published::NAME).await.ok()??.data?;
+    let channel = Published::parse(&data)
         .ok()?
-        .tls_config(tls)
+        .endpoint(CONNECT)
         .ok()?
-        .connect_timeout(CONNECT)
-        .tcp_nodelay(true)
         .connect()
         .await
         .ok()?;
     Some(Route {
-        client: GatewayClient::new(channel)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(16 << 20),
+        client: published::client(channel, 16 << 20),
         token,
     })
 }
@@ -169,28 +144,5 @@ impl Route {
             Err(s) if falls_back(&s) => Ok(Outcome::Fallback(s.message().to_owned())),
             Err(s) => Err(refused(&s)),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_name_a_host_and_a_port() {
-        assert_eq!(
-            host_port("https://gw.ns.svc:443"),
-            Some(("gw.ns.svc".into(), 443))
-        );
-        assert_eq!(
-            host_port("https://gw.ns.svc"),
-            Some(("gw.ns.svc".into(), 443))
-        );
-        assert_eq!(
-            host_port("https://[fd00::1]:8443"),
-            Some(("fd00::1".into(), 8443))
-        );
-        assert_eq!(host_port("http://gw:80"), None);
-        assert_eq!(host_port("https://"), None);
     }
 }

@@ -139,6 +139,34 @@ pub fn gateway_cert(ca: &Pair, dns_names: &[String], now: OffsetDateTime) -> Res
     )
 }
 
+/// The operator's own client certificate towards runners and checkpoint
+/// sinks: client authentication only, never stored (it is minted in
+/// memory, for one checkpoint, and valid for [`CLIENT_HOURS`]).
+pub fn operator_client_cert(ca: &Pair, now: OffsetDateTime) -> Result<Pair> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(tls)?;
+    let issuer = Issuer::new(ca_params()?, ca_key);
+    let key = KeyPair::generate().map_err(tls)?;
+    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "agentplane-operator");
+    p.distinguished_name = dn;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    p.not_before = now - Duration::minutes(5);
+    p.not_after = now + Duration::hours(CLIENT_HOURS);
+    let not_after = p.not_after.unix_timestamp();
+    let cert = p.signed_by(&key, &issuer).map_err(tls)?;
+    Ok(Pair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        not_after,
+    })
+}
+
+/// How long the operator's in-memory client certificate is valid.
+pub const CLIENT_HOURS: i64 = 2;
+
 /// Whether a certificate valid until `not_after` should be issued again.
 pub fn due(not_after: i64, now: OffsetDateTime) -> bool {
     not_after - now.unix_timestamp() < RENEW_BEFORE_DAYS * 86_400
@@ -191,6 +219,15 @@ mod tests {
         assert!(!due(runner.not_after, now));
         assert!(due(runner.not_after, now + Duration::days(LEAF_DAYS - 1)));
         assert!(format!("{runner:?}").find("PRIVATE").is_none());
+    }
+
+    #[test]
+    fn the_operators_client_certificate_is_a_client_only() {
+        let now = OffsetDateTime::now_utc();
+        let ca = new_ca(now).expect("ca");
+        let op = operator_client_cert(&ca, now).expect("client");
+        assert!(op.not_after <= (now + Duration::hours(CLIENT_HOURS)).unix_timestamp());
+        assert!(format!("{op:?}").find("PRIVATE").is_none());
     }
 
     #[test]

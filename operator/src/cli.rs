@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use crate::admission::check;
 use crate::admission::route::router as admission_router;
 use crate::admission::tls::{self, ReloadingCert, TlsFiles};
+use crate::checkpoint::controller::CheckpointContext;
 use crate::cidr::Cidr;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -21,8 +22,8 @@ use crate::leader::{self, LeaseConfig};
 use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
 use crate::sandbox::{DiskBounds, EgressPolicy, GatewaySource, PodConfig, RunnerWatch};
-use crate::session::controller::SessionContext;
-use crate::{pool, session};
+use crate::session::controller::{MAX_CONCURRENT_RECONCILES, SessionContext};
+use crate::{checkpoint, pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -101,6 +102,17 @@ pub struct RunArgs {
     /// Name of the leader Lease.
     #[arg(long, default_value = "agentplane-operator")]
     pub lease_name: String,
+    /// Seconds a leader lease lasts unrenewed: with the retry period, how
+    /// long a fail-over takes after the leader dies.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=600))]
+    pub lease_duration_seconds: u64,
+    /// Seconds after which a leader that could not renew stops acting
+    /// (shorter than the lease).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub lease_renew_deadline_seconds: u64,
+    /// Seconds between renewals, and between a standby's tries.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub lease_retry_period_seconds: u64,
     /// Serve only the webhook; do not reconcile.
     #[arg(long)]
     pub webhook_only: bool,
@@ -111,6 +123,13 @@ pub struct RunArgs {
     /// Seconds one MCP request may take.
     #[arg(long, default_value_t = 10)]
     pub mcp_timeout_seconds: u64,
+    /// Most sessions reconciled at once. A reconcile is a few API round
+    /// trips one after another, so on a large cluster this, not CPU, bounds
+    /// sessions made Ready per second; each slot may also hold an MCP
+    /// listing open for up to its timeout.
+    #[arg(long, default_value_t = MAX_CONCURRENT_RECONCILES,
+          value_parser = clap::value_parser!(u16).range(1..=512))]
+    pub max_concurrent_reconciles: u16,
     /// Log as JSON lines.
     #[arg(long, env = "AGENTPLANE_JSON_LOGS")]
     pub json_logs: bool,
@@ -122,6 +141,48 @@ pub struct RunArgs {
     pub egress: EgressArgs,
     #[command(flatten)]
     pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub checkpoints: CheckpointArgs,
+}
+
+/// Checkpoints (AgentCheckpoint): their volumes, and how the operator
+/// reaches runners to take them.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CheckpointArgs {
+    /// A label of the operator's own pods (KEY=VALUE), which sandboxes
+    /// admit to the runner's mutual-TLS port beside the gateway, so that
+    /// the operator can take checkpoints; repeatable. Without it a
+    /// NetworkPolicy-enforcing cluster keeps checkpoints from being taken.
+    #[arg(long = "operator-pod-label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub operator_pod_labels: Vec<(String, String)>,
+    /// The volume of a checkpoint that sets no maxBytes; no checkpoint
+    /// gets a smaller one.
+    #[arg(long = "checkpoint-default-size", value_name = "QUANTITY", default_value = "1Gi", value_parser = parse_bytes)]
+    pub default_size: String,
+    /// The largest checkpoint volume; a maxBytes that needs more fails.
+    #[arg(long = "checkpoint-max-size", value_name = "QUANTITY", default_value = "2Gi", value_parser = parse_bytes)]
+    pub max_size: String,
+    /// The StorageClass of checkpoint volumes [default: the cluster's].
+    #[arg(long = "checkpoint-storage-class", value_name = "NAME")]
+    pub storage_class: Option<String>,
+}
+
+impl CheckpointArgs {
+    /// The checkpoint settings these flags describe.
+    pub fn settings(&self) -> crate::checkpoint::plan::Settings {
+        let bytes = |q: &str, fallback: u64| {
+            crate::quantity::bytes(q)
+                .and_then(|b| u64::try_from(b).ok())
+                .unwrap_or(fallback)
+        };
+        let defaults = crate::checkpoint::plan::Settings::default();
+        crate::checkpoint::plan::Settings {
+            default_volume_bytes: bytes(&self.default_size, defaults.default_volume_bytes),
+            max_volume_bytes: bytes(&self.max_size, defaults.max_volume_bytes),
+            storage_class: self.storage_class.clone(),
+            ..defaults
+        }
+    }
 }
 
 /// The gateway (`agent-gateway`), when the platform runs one: sandboxes
@@ -195,6 +256,7 @@ impl EgressArgs {
             allowed: self.allowed.clone(),
             cluster: self.cluster.clone(),
             gateway: None,
+            operator: None,
         }
     }
 }
@@ -577,21 +639,19 @@ async fn run(args: RunArgs) -> Result<()> {
         let mcp = Destinations {
             allowed: args.mcp_allow_cidrs.clone(),
         };
-        let sessions = Arc::new(SessionContext::new(
+        let mut sessions = SessionContext::new(
             Arc::clone(&ctx),
             Duration::from_secs(args.mcp_timeout_seconds),
             mcp,
-        ));
-        let lease = args.leader_elect.then(|| {
-            let identity = std::env::var("POD_NAME")
-                .unwrap_or_else(|_| format!("agent-operator-{}", std::process::id()));
-            LeaseConfig::new(
-                args.lease_namespace.clone(),
-                args.lease_name.clone(),
-                identity,
-            )
+        );
+        sessions.concurrency = args.max_concurrent_reconciles;
+        let sessions = Arc::new(sessions);
+        let lease = lease_config(&args)?;
+        let checkpoints = Arc::new(CheckpointContext {
+            base: Arc::clone(&ctx),
+            settings: args.checkpoints.settings(),
         });
-        tasks.spawn(reconcile(ctx, sessions, lease, stop.clone()));
+        tasks.spawn(reconcile(ctx, sessions, checkpoints, lease, stop.clone()));
     }
 
     tokio::select! {
@@ -612,6 +672,26 @@ async fn run(args: RunArgs) -> Result<()> {
 
 /// With a gateway: the CA and the gateway's certificate before anything
 /// reconciles, so that every sandbox pod made finds its runner certificate.
+/// The leader lease this replica competes for, when `--leader-elect`.
+fn lease_config(args: &RunArgs) -> Result<Option<LeaseConfig>> {
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("agent-operator-{}", std::process::id()));
+    LeaseConfig::new(
+        args.lease_namespace.clone(),
+        args.lease_name.clone(),
+        identity,
+    )
+    .with_timing(
+        Duration::from_secs(args.lease_duration_seconds),
+        Duration::from_secs(args.lease_renew_deadline_seconds),
+        Duration::from_secs(args.lease_retry_period_seconds),
+    )
+    .map(Some)
+}
+
 async fn bootstrap_gateway(args: &RunArgs, ctx: &Context) -> Result<()> {
     if let Some(ns) = &args.gateway.namespace {
         let tls = crate::tls_secrets::bootstrap(
@@ -637,6 +717,15 @@ fn pod_config(args: &RunArgs) -> PodConfig {
         default_workspace_limit: args.defaults.workspace_size.clone().map(Quantity),
         egress: EgressPolicy {
             gateway: args.gateway.source(),
+            operator: (!args.checkpoints.operator_pod_labels.is_empty()).then(|| GatewaySource {
+                namespace: args.lease_namespace.clone(),
+                pod_labels: args
+                    .checkpoints
+                    .operator_pod_labels
+                    .iter()
+                    .cloned()
+                    .collect(),
+            }),
             ..args.egress.policy()
         },
         read_only_root: args.defaults.read_only_root,
@@ -677,11 +766,17 @@ fn spawn_webhook(args: &RunArgs, tasks: &mut Tasks, stop: &StopSignal) -> Result
     }
 }
 
-/// Both reconcilers, sessions and warm pools, until `stop`.
-async fn reconcilers(ctx: Arc<Context>, sessions: Arc<SessionContext>, stop: StopSignal) {
+/// The reconcilers, sessions, warm pools and checkpoints, until `stop`.
+async fn reconcilers(
+    ctx: Arc<Context>,
+    sessions: Arc<SessionContext>,
+    checkpoints: Arc<CheckpointContext>,
+    stop: StopSignal,
+) {
     futures::join!(
         session::controller::run(sessions, stop.wait()),
         pool::controller::run(ctx, stop.wait()),
+        checkpoint::controller::run(checkpoints, stop.wait()),
     );
 }
 
@@ -691,11 +786,12 @@ async fn reconcilers(ctx: Arc<Context>, sessions: Arc<SessionContext>, stop: Sto
 async fn reconcile(
     ctx: Arc<Context>,
     sessions: Arc<SessionContext>,
+    checkpoints: Arc<CheckpointContext>,
     lease: Option<LeaseConfig>,
     stop: StopSignal,
 ) -> Result<()> {
     let Some(cfg) = lease else {
-        reconcilers(ctx, sessions, stop).await;
+        reconcilers(ctx, sessions, checkpoints, stop).await;
         return Ok(());
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
@@ -705,7 +801,7 @@ async fn reconcile(
     }
     let outcome = tokio::select! {
         err = leader::hold(&api, &cfg) => Err(err),
-        () = reconcilers(ctx, sessions, stop.clone()) => Ok(()),
+        () = reconcilers(ctx, sessions, checkpoints, stop.clone()) => Ok(()),
     };
     leader::release(&api, &cfg).await;
     outcome

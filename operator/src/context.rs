@@ -143,7 +143,7 @@ impl std::fmt::Debug for Context {
     }
 }
 
-fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+pub(crate) fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
     match slot.lock() {
         Ok(mut w) => w.take(),
         Err(poisoned) => poisoned.into_inner().take(),

@@ -44,11 +44,17 @@ pub enum Error {
     #[error("a leader lease call did not answer within {0:?}")]
     LeaseTimeout(std::time::Duration),
 
+    #[error("leader election timing: {0}")]
+    LeaseTiming(String),
+
     #[error("lost the leader lease {0}; exiting so that another replica takes over")]
     LostLease(String),
 
     #[error("the AgentSession has no {0}")]
     MissingField(&'static str),
+
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// Shorthand for operator results.

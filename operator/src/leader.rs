@@ -62,6 +62,34 @@ impl LeaseConfig {
             call_timeout: Duration::from_secs(5),
         }
     }
+
+    /// Other timing, for a faster fail-over (`--lease-*-seconds`): the
+    /// rules above hold only if a renew is retried at least twice before
+    /// the deadline and the deadline passes before the lease does, so
+    /// anything else is refused with the rule it breaks. Each call may take
+    /// at most half the renew deadline (and never more than 5 s).
+    pub fn with_timing(
+        mut self,
+        duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<Self> {
+        if retry_period.is_zero() || retry_period.saturating_mul(2) > renew_deadline {
+            return Err(Error::LeaseTiming(format!(
+                "the retry period ({retry_period:?}) must be positive and at most half the renew deadline ({renew_deadline:?})"
+            )));
+        }
+        if renew_deadline >= duration {
+            return Err(Error::LeaseTiming(format!(
+                "the renew deadline ({renew_deadline:?}) must be shorter than the lease duration ({duration:?})"
+            )));
+        }
+        self.duration = duration;
+        self.renew_deadline = renew_deadline;
+        self.retry_period = retry_period;
+        self.call_timeout = (renew_deadline / 2).min(Duration::from_secs(5));
+        Ok(self)
+    }
 }
 
 /// The Lease calls election needs; [`Api<Lease>`] in production. A trait so

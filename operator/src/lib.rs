@@ -1,10 +1,11 @@
 //! The agentplane operator, as a library: the `agent-operator` binary is a
 //! thin command line over it, and the tests drive the same functions.
 //!
-//! The code stands in four wings over a shared base (docs/architecture.md
-//! draws them): `session` and `pool` reconcile, `admission` is the
-//! webhook's door, `mcp` lists MCP servers. Imports run one way -- `pool`
-//! may use `session`, `session` may use `mcp`, nothing else crosses, and
+//! The code stands in five wings over a shared base (docs/architecture.md
+//! draws them): `session`, `pool` and `checkpoint` reconcile, `admission`
+//! is the webhook's door, `mcp` lists MCP servers. Imports run one way --
+//! `pool` may use `session`, `session` may use `mcp` and `checkpoint`
+//! (a fork mounts its checkpoint), nothing else crosses, and
 //! the base imports no wing -- which `tests/structure` checks. Pure parts
 //! (rules, resolution, plans, builders, status, admission decisions) are
 //! separate from the parts that talk to the API server.
@@ -13,6 +14,7 @@
 
 // The wings (see docs/architecture.md for their doors).
 pub mod admission;
+pub mod checkpoint;
 pub mod mcp;
 pub mod pool;
 pub mod session;

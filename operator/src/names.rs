@@ -52,6 +52,12 @@ pub fn pool_label(pool: &str) -> String {
     Names::with(pool, Scheme::Current).label
 }
 
+/// A name fitted to a label value (a long one shortened with a digest),
+/// as pool and checkpoint labels carry it.
+pub fn label_value(name: &str) -> String {
+    Names::with(name, Scheme::Current).label
+}
+
 /// The label selector of a pool's unclaimed pods, as the scale subresource
 /// and `kubectl get pods -l` take it.
 pub fn pool_selector(pool: &str) -> String {

@@ -21,6 +21,9 @@ pub struct EgressPolicy {
     /// The gateway's pods, the only ingress a sandbox admits (its runner's
     /// mutual-TLS port); none when no gateway is installed.
     pub gateway: Option<GatewaySource>,
+    /// The operator's own pods, admitted beside the gateway to the
+    /// runner's mutual-TLS port (it takes checkpoints there).
+    pub operator: Option<GatewaySource>,
 }
 
 /// Where the gateway runs: its namespace and its pods' labels.

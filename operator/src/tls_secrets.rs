@@ -279,6 +279,14 @@ impl RunnerTls {
         Ok(())
     }
 
+    /// A client identity towards runners (and checkpoint sinks), minted in
+    /// memory from the CA: the certificate and key, and the CA's
+    /// certificate to check the server's against (all PEM).
+    pub fn client_identity(&self) -> Result<(Pair, String)> {
+        let pair = certs::operator_client_cert(&self.ca, OffsetDateTime::now_utc())?;
+        Ok((pair, self.ca.cert_pem.clone()))
+    }
+
     /// Forgets what was seen of `namespace` (its Secret was changed or
     /// removed), so the next [`RunnerTls::ensure`] reads it again.
     pub fn forget(&self, namespace: &str) {

@@ -151,7 +151,56 @@ pub fn check(spec: &AgentSessionSpec, entries: &Entries) -> Findings {
     check_servers(spec, &used_servers, &mut out);
     check_lifecycle(spec, &mut out);
     check_warm_pool(spec, &mut out);
+    check_from(spec, &mut out);
     out
+}
+
+/// Whether `name` can name an object: a DNS subdomain.
+fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// `spec.from` names one AgentCheckpoint or one AgentSession of the
+/// session's namespace; a fork that also names a warm pool is told now
+/// that it always starts cold.
+fn check_from(spec: &AgentSessionSpec, out: &mut Findings) {
+    let Some(from) = &spec.from else {
+        return;
+    };
+    let named = [
+        ("spec.from.checkpoint", from.checkpoint.as_deref()),
+        ("spec.from.session", from.session.as_deref()),
+    ];
+    if named.iter().filter(|(_, name)| name.is_some()).count() != 1 {
+        out.errors.push(Finding {
+            path: "spec.from".into(),
+            message: "name a checkpoint or a session to fork, exactly one of the two".into(),
+        });
+    }
+    for (path, name) in named {
+        if let Some(name) = name.filter(|n| !is_object_name(n)) {
+            out.errors.push(Finding {
+                path: path.into(),
+                message: format!(
+                    "{:?} is not an object name (lowercase letters, digits, '-' and '.', at most 253)",
+                    toolset::truncate_runes(name, 64)
+                ),
+            });
+        }
+    }
+    if spec.warm_pool.is_some() {
+        out.warnings.push(
+            "spec.warmPool: a fork (spec.from) always starts cold (a warm pod cannot import its checkpoint)".into(),
+        );
+    }
 }
 
 /// Suspension removes the pod: only a claim keeps the workspace (and the
@@ -193,16 +242,7 @@ fn check_warm_pool(spec: &AgentSessionSpec, out: &mut Findings) {
     let Some(pool) = spec.warm_pool.as_deref() else {
         return;
     };
-    let dns = !pool.is_empty()
-        && pool.len() <= 253
-        && pool.split('.').all(|l| {
-            !l.is_empty()
-                && l.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if !dns {
+    if !is_object_name(pool) {
         out.errors.push(Finding {
             path: "spec.warmPool".into(),
             message: format!(

@@ -172,3 +172,24 @@ async fn a_hung_candidate_call_is_cut_off_and_retried() {
         .unwrap_err();
     assert!(matches!(err, Error::LeaseTimeout(_)), "{err}");
 }
+
+#[test]
+fn a_faster_fail_over_is_accepted_only_with_timing_that_keeps_the_rules() {
+    let s = Duration::from_secs;
+    let fast = cfg("a")
+        .with_timing(s(8), s(5), s(1))
+        .expect("8/5/1 keeps the rules");
+    assert_eq!(fast.duration, s(8));
+    assert!(fast.call_timeout <= fast.renew_deadline / 2);
+    for (d, r, p, says) in [
+        (s(10), s(10), s(2), "shorter than the lease duration"),
+        (s(15), s(10), s(6), "at most half the renew deadline"),
+        (s(15), s(10), s(0), "must be positive"),
+    ] {
+        let err = cfg("a")
+            .with_timing(d, r, p)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains(says), "{err}");
+    }
+}

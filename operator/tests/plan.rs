@@ -275,6 +275,36 @@ fn a_steady_state_publishes_nothing() {
     );
     assert!(again.events.is_empty(), "{:?}", again.events);
     assert!(again.pod_events.is_empty());
+    assert!(
+        !again.changes_status(Some(&first.status)),
+        "a steady state writes no status:\n{:#?}\n{:#?}",
+        first.status,
+        again.status
+    );
+    assert!(first.changes_status(None), "a first status is written");
+    let changed = plan_for(
+        &with_status(&s, first.status.clone()),
+        Some(running(&s, false)),
+        &Listings::new(),
+    );
+    assert!(
+        changed.changes_status(Some(&first.status)),
+        "a pod that stops being ready is written"
+    );
+}
+
+#[test]
+fn the_status_apply_is_conditional_on_the_version_planned_from() {
+    let mut s = valid();
+    s.metadata.resource_version = Some("4711".into());
+    let plan = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    let body = plan.status_apply(&s);
+    assert_eq!(body["metadata"]["resourceVersion"], "4711");
+    assert_eq!(body["kind"], "AgentSession");
+    assert_eq!(
+        body["status"],
+        serde_json::to_value(&plan.status).expect("status serialises")
+    );
 }
 
 #[test]

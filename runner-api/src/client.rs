@@ -20,7 +20,9 @@ use crate::error::Error;
 use crate::proto::run_event::Event;
 use crate::proto::runner_client::RunnerClient;
 use crate::proto::{
-    AttachRequest, CancelRequest, ListToolsRequest, RunEvent, RunRequest, ToolDefinition,
+    AttachRequest, CancelRequest, ExportChunk, ExportHeader, ExportRequest, ImportChunk,
+    ImportHeader, ImportResponse, ListToolsRequest, RunEvent, RunRequest, ToolDefinition,
+    export_chunk, import_chunk,
 };
 
 /// One tool call as the model sees it. `is_error` marks a tool-level
@@ -176,6 +178,40 @@ impl Client {
             .tools)
     }
 
+    /// Starts an export: the header (what the archive holds, bash's state
+    /// when asked), then the archive's bytes from [`Archive::next`].
+    pub async fn export(&mut self, req: ExportRequest) -> Result<(ExportHeader, Archive), Error> {
+        let mut stream = self.runner.export(req).await?.into_inner();
+        match stream.message().await? {
+            Some(ExportChunk {
+                part: Some(export_chunk::Part::Header(h)),
+            }) => Ok((h, Archive(stream))),
+            _ => Err(Error::Broken {
+                code: tonic::Code::Internal,
+                message: "the runner's export did not start with its header".into(),
+            }),
+        }
+    }
+
+    /// Imports an archive: `header`, then the chunks `data` yields, in
+    /// order. A chunk that could not be read on this side ends `data`
+    /// early; the runner then refuses the truncated archive and keeps
+    /// nothing of it.
+    pub async fn import(
+        &mut self,
+        header: ImportHeader,
+        data: impl tokio_stream::Stream<Item = Vec<u8>> + Send + 'static,
+    ) -> Result<ImportResponse, Error> {
+        use tokio_stream::StreamExt;
+        let first = tokio_stream::once(ImportChunk {
+            part: Some(import_chunk::Part::Header(header)),
+        });
+        let rest = data.map(|d| ImportChunk {
+            part: Some(import_chunk::Part::Data(d)),
+        });
+        Ok(self.runner.import(first.chain(rest)).await?.into_inner())
+    }
+
     /// Whether the runner reports SERVING on the standard health service
     /// (it stops doing so when it starts draining for shutdown).
     pub async fn health(&mut self) -> Result<bool, Error> {
@@ -205,6 +241,25 @@ impl Events {
                 Some(RunEvent { event: Some(ev) }) => return Ok(Some(ev)),
                 // An empty event carries nothing (a newer runner's kind).
                 Some(RunEvent { event: None }) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// The bytes of an export's archive.
+#[derive(Debug)]
+pub struct Archive(tonic::Streaming<ExportChunk>);
+
+impl Archive {
+    /// The next chunk of the archive; `None` when it is complete.
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        loop {
+            match self.0.message().await? {
+                Some(ExportChunk {
+                    part: Some(export_chunk::Part::Data(d)),
+                }) => return Ok(Some(d)),
+                Some(_) => {}
                 None => return Ok(None),
             }
         }

@@ -96,6 +96,9 @@ pub struct Serve {
     /// `--listen-tls` and `--tls-dir`: serve the gateway on this address,
     /// with mutual TLS from the certificates in that directory.
     pub gateway: Option<(SocketAddr, String)>,
+    /// `--restore-from`: a checkpoint's directory (a fork's read-only
+    /// volume) imported into the workdir once, before serving.
+    pub restore_from: Option<String>,
 }
 
 impl Serve {
@@ -116,6 +119,7 @@ impl Serve {
             end_on_oom: false,
             termination_log: None,
             gateway: None,
+            restore_from: None,
         }
     }
 }
@@ -143,6 +147,7 @@ impl Invocation for Serve {
         flag("--await-binding", self.await_binding.clone());
         flag("--max-processes", self.max_processes.map(|n| n.to_string()));
         flag("--termination-log", self.termination_log.clone());
+        flag("--restore-from", self.restore_from.clone());
         if let Some((addr, dir)) = &self.gateway {
             args.extend(["--listen-tls".to_owned(), addr.to_string()]);
             args.extend(["--tls-dir".to_owned(), dir.clone()]);
@@ -151,6 +156,44 @@ impl Invocation for Serve {
             args.push("--end-on-oom".to_owned());
         }
         args
+    }
+}
+
+/// Where a checkpoint's volume is mounted: read-write in its sink pod,
+/// read-only in a fork's sandbox.
+pub const CHECKPOINT_DIR: &str = "/run/agentplane-checkpoint";
+
+/// `agent-sidecar checkpoint-sink`: the operator's short-lived pod that
+/// stores one checkpoint's archive on its volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSink {
+    /// `--dir`: the volume's mount.
+    pub dir: String,
+    /// `--listen-tls`: where the operator reaches it.
+    pub listen_tls: SocketAddr,
+    /// `--tls-dir`: the runner certificate of the namespace.
+    pub tls_dir: String,
+    /// `--max-archive-bytes`.
+    pub max_archive_bytes: u64,
+    /// `--deadline-seconds`.
+    pub deadline_seconds: u64,
+}
+
+impl Invocation for CheckpointSink {
+    fn args(&self) -> Vec<String> {
+        vec![
+            "checkpoint-sink".to_owned(),
+            "--dir".to_owned(),
+            self.dir.clone(),
+            "--listen-tls".to_owned(),
+            self.listen_tls.to_string(),
+            "--tls-dir".to_owned(),
+            self.tls_dir.clone(),
+            "--max-archive-bytes".to_owned(),
+            self.max_archive_bytes.to_string(),
+            "--deadline-seconds".to_owned(),
+            self.deadline_seconds.to_string(),
+        ]
     }
 }
 

@@ -19,11 +19,13 @@
 //!   their argv, and the paths and port the sandbox pod uses.
 //! - [`binding`]: what a warm pool's sandbox is told when a session claims
 //!   it (the session's name and environment).
+//! - [`chunks`]: transfer chunks as a byte stream for the archive code.
 //! - [`exit`]: the exit-code convention of `agent-sidecar` and
 //!   `kubectl agent`.
 
 pub mod binding;
 pub mod call_id;
+pub mod chunks;
 pub mod client;
 pub mod ended;
 pub mod error;
@@ -34,11 +36,11 @@ pub mod refusal;
 
 pub use binding::{BINDING_FILE, Binding, BoundEnv};
 pub use call_id::generate_call_id;
-pub use client::{Client, Events, Target, ToolResult};
+pub use client::{Archive, Client, Events, Target, ToolResult};
 pub use error::Error;
 pub use invocation::{
-    Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_PORT, RUNNER_SOCKET,
-    RUNNER_TLS_DIR, RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN, SANDBOX_BIN_DIR, SPILL_DIR,
-    STATE_DIR, Serve,
+    CHECKPOINT_DIR, CheckpointSink, Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN,
+    RUNNER_PORT, RUNNER_SOCKET, RUNNER_TLS_DIR, RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN,
+    SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
 };
 pub use refusal::{REFUSAL_METADATA_KEY, Refusal};

@@ -39,11 +39,16 @@ pub enum Refusal {
     /// toolset is in force, so nothing runs. The binding is on its way
     /// (the session that claimed the pod writes it); retry shortly.
     Unbound,
+    /// An export or import the runner will not do as asked: a path outside
+    /// the workdir or among the runner's own files, a limit over the
+    /// runner's maximum, an archive entry refused (the message names it),
+    /// a target that exists without overwrite.
+    TransferRefused,
 }
 
 impl Refusal {
     /// Every kind, for tests and exhaustive documentation.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::ConfirmationRequired,
         Refusal::DisabledTool,
         Refusal::NotSandboxTool,
@@ -53,6 +58,7 @@ impl Refusal {
         Refusal::CallRunning,
         Refusal::UnknownCall,
         Refusal::Unbound,
+        Refusal::TransferRefused,
     ];
 
     /// The value carried under [`REFUSAL_METADATA_KEY`]. The runner also
@@ -69,6 +75,7 @@ impl Refusal {
             Refusal::CallRunning => "call_running",
             Refusal::UnknownCall => "unknown_call",
             Refusal::Unbound => "unbound",
+            Refusal::TransferRefused => "transfer_refused",
         }
     }
 
@@ -89,7 +96,9 @@ impl Refusal {
         match self {
             Refusal::ConfirmationRequired => tonic::Code::FailedPrecondition,
             Refusal::DisabledTool => tonic::Code::PermissionDenied,
-            Refusal::NotSandboxTool | Refusal::InvalidCallId => tonic::Code::InvalidArgument,
+            Refusal::NotSandboxTool | Refusal::InvalidCallId | Refusal::TransferRefused => {
+                tonic::Code::InvalidArgument
+            }
             Refusal::Busy | Refusal::TooManyCalls => tonic::Code::ResourceExhausted,
             Refusal::CallRunning => tonic::Code::AlreadyExists,
             Refusal::UnknownCall => tonic::Code::NotFound,
@@ -158,6 +167,7 @@ mod tests {
                 "call_running",
                 "unknown_call",
                 "unbound",
+                "transfer_refused",
             ]
         );
     }

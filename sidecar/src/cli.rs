@@ -39,6 +39,11 @@ pub enum Command {
         /// Destination path, e.g. /opt/agentplane/bin/agent-sidecar.
         dest: PathBuf,
     },
+    /// Store one checkpoint: take one Import stream (relayed by the
+    /// operator from a session's Export) and keep the archive and bash's
+    /// state, as they came, in --dir; exit 0 once stored, 1 when nothing
+    /// arrived by --deadline-seconds.
+    CheckpointSink(SinkArgs),
     /// Find out whether this pod has a process limit (the kubelet's
     /// podPidsLimit): start threads until the kernel refuses one, then end
     /// them. Exits 0 naming the limit met, 1 when none was met below --max.
@@ -47,6 +52,31 @@ pub enum Command {
         #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
         max: u32,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct SinkArgs {
+    /// The checkpoint's volume: archive.tar, shell-state.pb and
+    /// checkpoint.json are written here.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Serve on this Unix socket.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Serve on this address with mutual TLS (the runner's certificates in
+    /// --tls-dir; only a client certificate for client authentication from
+    /// its CA is accepted).
+    #[arg(long, value_parser = parse_addr, requires = "tls_dir")]
+    pub listen_tls: Option<SocketAddr>,
+    /// tls.crt, tls.key and ca.crt, as for serve.
+    #[arg(long, requires = "listen_tls")]
+    pub tls_dir: Option<PathBuf>,
+    /// Most bytes of archive stored (the volume's size, less a margin).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_archive_bytes: u64,
+    /// Exit 1 when no archive was stored after this many seconds.
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub deadline_seconds: u64,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +144,10 @@ pub struct ServeArgs {
     /// first, the newest is always kept.
     #[arg(long, default_value_t = crate::output::DEFAULT_SPILL_MAX_BYTES)]
     pub spill_max_bytes: u64,
+    /// Most bytes of file content one export or import may move; a request
+    /// may ask for less, not more.
+    #[arg(long, default_value_t = crate::transfer::DEFAULT_MAX_TRANSFER_BYTES)]
+    pub max_transfer_bytes: u64,
     /// End every process in the sandbox, and exit (status 75), when it runs
     /// this many processes and threads besides the runner's own; set below
     /// the pod's PID limit, so the sandbox restarts clean instead of
@@ -133,6 +167,11 @@ pub struct ServeArgs {
     /// terminationMessagePath, which the operator reads).
     #[arg(long, value_name = "PATH")]
     pub termination_log: Option<PathBuf>,
+    /// A checkpoint (as `checkpoint-sink` stored it) to import into the
+    /// workdir, files and bash's state, before serving: once, a marker in
+    /// --state-dir keeps a restarted runner from importing it again.
+    #[arg(long, value_name = "DIR", conflicts_with = "await_binding")]
+    pub restore_from: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -146,6 +185,7 @@ impl ServeArgs {
             },
             spill_max_files: self.spill_max_files,
             spill_max_bytes: self.spill_max_bytes,
+            max_transfer_bytes: self.max_transfer_bytes,
         }
     }
 
@@ -272,6 +312,7 @@ mod tests {
                 SocketAddr::from(([0, 0, 0, 0], runner_api::RUNNER_TLS_PORT)),
                 runner_api::RUNNER_TLS_DIR.into(),
             )),
+            restore_from: None,
         };
         let Serve {
             socket,
@@ -287,6 +328,7 @@ mod tests {
             end_on_oom,
             termination_log,
             gateway,
+            restore_from,
         } = rendered.clone();
         let cli = Cli::try_parse_from(rendered.command(runner_api::SANDBOX_BIN))
             .unwrap_or_else(|e| panic!("the runner rejects the operator's serve: {e}"));
@@ -309,6 +351,47 @@ mod tests {
             args.listen_tls.zip(args.tls_dir),
             gateway.map(|(a, d)| (a, PathBuf::from(d)))
         );
+        assert_eq!(args.restore_from, restore_from.map(PathBuf::from));
+        // A fork's runner is a cold one: --restore-from with the rest.
+        let fork = Serve {
+            await_binding: None,
+            restore_from: Some(runner_api::CHECKPOINT_DIR.into()),
+            ..rendered
+        };
+        let Command::Serve(args) = Cli::try_parse_from(fork.command(runner_api::SANDBOX_BIN))
+            .unwrap_or_else(|e| panic!("the runner rejects the operator's fork: {e}"))
+            .command
+        else {
+            panic!("not parsed as serve");
+        };
+        assert_eq!(
+            args.restore_from,
+            Some(PathBuf::from(runner_api::CHECKPOINT_DIR))
+        );
+    }
+
+    #[test]
+    fn checkpoint_sink_as_the_operator_renders_it_parses() {
+        let rendered = runner_api::CheckpointSink {
+            dir: runner_api::CHECKPOINT_DIR.into(),
+            listen_tls: SocketAddr::from(([0, 0, 0, 0], runner_api::RUNNER_TLS_PORT)),
+            tls_dir: runner_api::RUNNER_TLS_DIR.into(),
+            max_archive_bytes: 1 << 30,
+            deadline_seconds: 600,
+        };
+        let Command::CheckpointSink(args) =
+            Cli::try_parse_from(rendered.command(runner_api::IMAGE_BIN))
+                .unwrap_or_else(|e| panic!("the runner rejects the operator's sink: {e}"))
+                .command
+        else {
+            panic!("not parsed as checkpoint-sink");
+        };
+        assert_eq!(args.dir, PathBuf::from(rendered.dir));
+        assert_eq!(args.listen_tls, Some(rendered.listen_tls));
+        assert_eq!(args.tls_dir, Some(PathBuf::from(rendered.tls_dir)));
+        assert_eq!(args.max_archive_bytes, rendered.max_archive_bytes);
+        assert_eq!(args.deadline_seconds, rendered.deadline_seconds);
+        assert_eq!(args.socket, None);
     }
 
     #[test]

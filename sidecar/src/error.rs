@@ -56,6 +56,17 @@ pub enum Error {
     )]
     Unbound,
 
+    /// An export or import the runner will not do as asked (the message
+    /// says what: a path, a limit, the archive entry refused).
+    #[error("{message}")]
+    TransferRefused { message: String },
+
+    /// An export or import is already running; they run one at a time.
+    #[error(
+        "an export or import is already running on this runner; they run one at a time, retry when it has finished"
+    )]
+    TransferBusy,
+
     /// The call id cannot name the call's files.
     #[error("invalid call id: {reason}")]
     InvalidCallId { id: String, reason: String },
@@ -126,6 +137,8 @@ impl Error {
             | Error::TooManyCalls { .. }
             | Error::CallRunning { .. }
             | Error::UnknownCall { .. }
+            | Error::TransferRefused { .. }
+            | Error::TransferBusy
             | Error::Unbound => self.refusal().map_or("refused", Refusal::as_str),
             Error::Io { .. } => "io",
             Error::SupervisorGone => "supervisor_gone",
@@ -151,6 +164,8 @@ impl Error {
             Error::CallRunning { .. } => Some(Refusal::CallRunning),
             Error::UnknownCall { .. } => Some(Refusal::UnknownCall),
             Error::Unbound => Some(Refusal::Unbound),
+            Error::TransferRefused { .. } => Some(Refusal::TransferRefused),
+            Error::TransferBusy => Some(Refusal::Busy),
             Error::Io { .. }
             | Error::SupervisorGone
             | Error::ToolsetFile { .. }

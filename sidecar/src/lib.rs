@@ -20,6 +20,7 @@
 pub mod authority;
 pub mod binding;
 pub mod calls;
+pub mod checkpoint;
 pub mod cli;
 pub mod error;
 pub mod fsutil;
@@ -34,11 +35,13 @@ pub mod reaper;
 pub mod remote;
 pub mod runner;
 pub mod service;
+pub mod shellstate;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
 pub mod tools;
 pub mod toolset_file;
+pub mod transfer;
 pub mod watch;
 
 pub use error::Error;

@@ -14,6 +14,26 @@ use crate::runner::{Runner, RunnerConfig};
 use crate::service::{Listen, serve as serve_grpc};
 use crate::toolset_file::{load_toolset, parse_toolset, read_toolset};
 
+/// `agent-sidecar checkpoint-sink`: stores one checkpoint, then exits.
+pub fn checkpoint_sink(args: crate::cli::SinkArgs) -> Result<(), Error> {
+    if let Err(e) = telemetry::init_logging(TELEMETRY) {
+        eprintln!("agent-sidecar: {e}");
+    }
+    let config = crate::checkpoint::SinkConfig {
+        dir: args.dir,
+        max_archive_bytes: args.max_archive_bytes,
+        socket: args.socket,
+        tls: args.listen_tls.zip(args.tls_dir),
+        deadline: Duration::from_secs(args.deadline_seconds),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    rt.block_on(crate::checkpoint::sink(config))
+}
+
 /// Serves until SIGTERM/SIGINT or the idle timeout, then drains in-flight
 /// calls and returns. A runner that cannot start returns the reason.
 pub fn serve(args: ServeArgs) -> Result<(), Error> {
@@ -101,6 +121,7 @@ fn config(args: &ServeArgs) -> Result<RunnerConfig, Error> {
         .chain(args.toolset.clone())
         .chain(args.await_binding.clone())
         .collect();
+    config.private = args.tls_dir.iter().cloned().collect();
     config.await_binding = await_binding;
     Ok(config)
 }
@@ -111,7 +132,32 @@ fn config(args: &ServeArgs) -> Result<RunnerConfig, Error> {
 pub const BIND_POLL: Duration = Duration::from_millis(200);
 
 async fn run(args: ServeArgs, config: RunnerConfig) -> Result<(), Error> {
+    let state_dir = config.state_dir.clone();
     let runner = Runner::new(config)?;
+    if let Some(from) = &args.restore_from {
+        // Before the first call: a fork serves only once it is the copy.
+        match crate::checkpoint::restore(&runner, from, &state_dir).await {
+            Ok(crate::checkpoint::Restored::Imported {
+                entries,
+                file_bytes,
+            }) => tracing::info!(
+                from = %from.display(),
+                entries,
+                file_bytes,
+                "imported the checkpoint into the workdir"
+            ),
+            Ok(crate::checkpoint::Restored::Already) => tracing::info!(
+                from = %from.display(),
+                "the checkpoint was imported by an earlier start; not again"
+            ),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("cannot import the checkpoint in {}", from.display()),
+                    std::io::Error::other(e.to_string()),
+                ));
+            }
+        }
+    }
     tracing::info!(
         workdir = %runner.workdir().display(),
         session = %args.session,

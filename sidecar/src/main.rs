@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     let code = match Cli::parse().command {
         Command::Serve(args) => process(lifecycle::serve(*args)),
         Command::Install { dest } => process(install::install(&dest)),
+        Command::CheckpointSink(args) => process(lifecycle::checkpoint_sink(args)),
         Command::Call(args) => client(remote::block_on(remote::call(args))),
         Command::Health(args) => client(remote::block_on(remote::health(args))),
         Command::Tools(args) => client(remote::block_on(remote::tools(args))),

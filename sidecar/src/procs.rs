@@ -238,6 +238,42 @@ pub fn end_all_calls(prefix: &str, spared: &HashSet<i32>) -> usize {
     n
 }
 
+/// Stops (SIGSTOP) every process of any call of this runner -- the
+/// background jobs earlier calls left, found by marker as
+/// [`end_all_calls`] finds them -- and the trees below them, except
+/// `spared`, and returns them for [`resume`]. Two rounds, so a child
+/// forked while the first round ran is stopped too.
+pub fn pause_all_calls(prefix: &str, spared: &HashSet<i32>) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut stopped: HashSet<i32> = HashSet::new();
+    for _ in 0..2 {
+        let procs = scan();
+        let roots: HashSet<i32> = procs
+            .iter()
+            .filter(|p| p.pid != me && !p.zombie && !spared.contains(&p.pid))
+            .filter(|p| environ_has(p.pid, prefix, true))
+            .map(|p| p.pid)
+            .collect();
+        for pid in descendants(&procs, &roots) {
+            if pid != me
+                && !spared.contains(&pid)
+                && !stopped.contains(&pid)
+                && kill(Pid::from_raw(pid), Signal::SIGSTOP).is_ok()
+            {
+                stopped.insert(pid);
+            }
+        }
+    }
+    stopped.into_iter().collect()
+}
+
+/// Continues (SIGCONT) what [`pause_all_calls`] stopped.
+pub fn resume(pids: &[i32]) {
+    for &pid in pids {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+    }
+}
+
 /// Clock ticks since boot, the unit of [`Proc::start`].
 pub fn now_ticks() -> u64 {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)

@@ -35,6 +35,10 @@ pub struct RunnerConfig {
     /// toolset file), which the file tools refuse; the state directory, the
     /// runner's binary and the programs it runs are added by [`Runner::new`].
     pub protected: Vec<PathBuf>,
+    /// Directories of the runner's that the file tools may reach but
+    /// exports never carry and imports never write (the TLS directory);
+    /// the spill directory is added by [`Runner::new`].
+    pub private: Vec<PathBuf>,
     /// A warm pool's sandbox: start unbound, with `toolset` (which then
     /// enables nothing) in force only until these files bind the runner to
     /// its session (see [`crate::binding`]).
@@ -52,6 +56,8 @@ pub struct Limits {
     pub call: CallLimits,
     pub spill_max_files: usize,
     pub spill_max_bytes: u64,
+    /// Most bytes of file content one export or import may move.
+    pub max_transfer_bytes: u64,
 }
 
 /// Default of [`Limits::max_concurrent_calls`].
@@ -64,6 +70,7 @@ impl Default for Limits {
             call: CallLimits::default(),
             spill_max_files: crate::output::DEFAULT_SPILL_MAX_FILES,
             spill_max_bytes: crate::output::DEFAULT_SPILL_MAX_BYTES,
+            max_transfer_bytes: crate::transfer::DEFAULT_MAX_TRANSFER_BYTES,
         }
     }
 }
@@ -83,6 +90,7 @@ impl RunnerConfig {
             toolset,
             limits: Limits::default(),
             protected: Vec::new(),
+            private: Vec::new(),
             await_binding: None,
             alarm: Arc::default(),
         }
@@ -124,6 +132,15 @@ struct Inner {
     /// bound (the usual case).
     gate: Option<Gate>,
     alarm: Arc<Alarm>,
+    /// Held shared by every call that may change the workspace or bash's
+    /// state (bash, write, edit) and exclusively by an export or the move
+    /// of an import into place: an export sees no call half done. Fair
+    /// (tokio's lock queues in order), so calls that arrive while an
+    /// export waits wait behind it.
+    workspace: tokio::sync::RwLock<()>,
+    transfers: crate::transfer::Transfers,
+    /// One export or import at a time.
+    transfer_slot: Arc<tokio::sync::Semaphore>,
 }
 
 impl Runner {
@@ -169,6 +186,15 @@ impl Runner {
         )?;
         let limits = config.limits;
         let gate = config.await_binding.map(Gate::new);
+        let private = config.private.iter().fold(
+            Protected::default().tree(&spill_dir, "the runner's spill directory"),
+            |p, dir| p.tree(dir, "one of the runner's own directories"),
+        );
+        let transfers = crate::transfer::Transfers {
+            max_bytes: limits.max_transfer_bytes,
+            private,
+            spool_dir: state_dir.join("transfer"),
+        };
         Ok(Runner {
             inner: Arc::new(Inner {
                 ctx,
@@ -184,6 +210,9 @@ impl Runner {
                 max_concurrent_calls: limits.max_concurrent_calls,
                 gate,
                 alarm: config.alarm,
+                workspace: tokio::sync::RwLock::new(()),
+                transfers,
+                transfer_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             }),
         })
     }
@@ -398,6 +427,11 @@ impl Runner {
         if let Some(refusal) = gate(&self.toolset(), name, confirmed)? {
             return Ok(refusal);
         }
+        // Held to the end of the call, so an export waits for it.
+        let _workspace = match name {
+            "bash" | "write" | "edit" => Some(self.inner.workspace.read().await),
+            _ => None,
+        };
         let spill = self.inner.spill.clone();
         let ctx_id = id.to_owned();
         let alarm = self.alarm();
@@ -442,6 +476,62 @@ impl Runner {
             }
         };
         Ok(ToolResult { content, is_error })
+    }
+}
+
+impl Runner {
+    /// The transfer slot, for a bound runner.
+    fn transfer_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        self.ensure_bound()?;
+        Arc::clone(&self.inner.transfer_slot)
+            .try_acquire_owned()
+            .map_err(|_| Error::TransferBusy)
+    }
+
+    /// Archives a directory of the workspace (and bash's state, when asked)
+    /// once the calls that may change it have finished, holding new ones
+    /// off until the archive is written; see [`crate::transfer`].
+    pub async fn export(
+        &self,
+        req: runner_api::proto::ExportRequest,
+    ) -> Result<crate::transfer::Exported, Error> {
+        let _slot = self.transfer_slot()?;
+        self.touch();
+        let _still = self.inner.workspace.write().await;
+        let this = self.clone();
+        let res =
+            tokio::task::spawn_blocking(move || this.inner.transfers.export(&this.inner.ctx, &req))
+                .await
+                .map_err(|e| Error::io("an export task failed", std::io::Error::other(e)))?;
+        self.touch();
+        res
+    }
+
+    /// Unpacks an archive read from `input` into a staging directory, then,
+    /// holding the workspace still, moves it into place and installs its
+    /// bash state; see [`crate::transfer`].
+    pub async fn import(
+        &self,
+        header: runner_api::proto::ImportHeader,
+        input: impl std::io::Read + Send + 'static,
+    ) -> Result<runner_api::proto::ImportResponse, Error> {
+        let _slot = self.transfer_slot()?;
+        self.touch();
+        let this = self.clone();
+        let staged = tokio::task::spawn_blocking(move || {
+            this.inner.transfers.stage(&this.inner.ctx, &header, input)
+        })
+        .await
+        .map_err(|e| Error::io("an import task failed", std::io::Error::other(e)))??;
+        let _still = self.inner.workspace.write().await;
+        let this = self.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            this.inner.transfers.commit(&this.inner.ctx, staged)
+        })
+        .await
+        .map_err(|e| Error::io("an import task failed", std::io::Error::other(e)))?;
+        self.touch();
+        res
     }
 }
 

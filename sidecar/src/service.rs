@@ -21,8 +21,9 @@ use crate::error::Error;
 use crate::runner::Runner;
 use runner_api::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
 use runner_api::proto::{
-    AttachRequest, CancelRequest, CancelResponse, ListToolsRequest, ListToolsResponse, RunEvent,
-    RunRequest, RunResponse, ToolDefinition,
+    AttachRequest, CancelRequest, CancelResponse, ExportChunk, ExportRequest, ImportChunk,
+    ImportResponse, ListToolsRequest, ListToolsResponse, RunEvent, RunRequest, RunResponse,
+    ToolDefinition, export_chunk, import_chunk,
 };
 
 /// The tonic service over a [`Runner`].
@@ -85,6 +86,88 @@ const FLUSH_GRACE: Duration = Duration::from_secs(1);
 impl RunnerRpc for Service {
     type RunStreamStream = ReceiverStream<Result<RunEvent, Status>>;
     type AttachStream = ReceiverStream<Result<RunEvent, Status>>;
+    type ExportStream = ReceiverStream<Result<ExportChunk, Status>>;
+
+    async fn export(
+        &self,
+        request: Request<ExportRequest>,
+    ) -> Result<Response<Self::ExportStream>, Status> {
+        // A shutdown waits for an export to be sent, as for a call.
+        let guard = self.in_flight.enter();
+        let req = request.into_inner();
+        let path = req.path.clone();
+        let exported = self.runner.export(req).await.map_err(|e| {
+            tracing::warn!(path = %path, error = %e, "export not done");
+            e.to_status()
+        })?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let _guard = guard;
+            send_archive(exported, tx).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn import(
+        &self,
+        request: Request<tonic::Streaming<ImportChunk>>,
+    ) -> Result<Response<ImportResponse>, Status> {
+        let _guard = self.in_flight.enter();
+        let mut stream = request.into_inner();
+        let header = match stream.message().await? {
+            Some(ImportChunk {
+                part: Some(import_chunk::Part::Header(h)),
+            }) => h,
+            _ => {
+                return Err(runner_api::Refusal::TransferRefused
+                    .status("an import's first message must be its header"));
+            }
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                // A client that stops sending would hold the transfer slot
+                // (one import or export at a time) for ever.
+                let next = tokio::time::timeout(IMPORT_IDLE, stream.message()).await;
+                let Ok(next) = next else {
+                    let _ = tx
+                        .send(Err(std::io::Error::other(format!(
+                            "the import stream sent nothing for {} s",
+                            IMPORT_IDLE.as_secs()
+                        ))))
+                        .await;
+                    return;
+                };
+                let item = match next {
+                    Ok(Some(ImportChunk {
+                        part: Some(import_chunk::Part::Data(d)),
+                    })) => Ok(d),
+                    Ok(Some(_)) => Err(std::io::Error::other(
+                        "a second header in the import stream",
+                    )),
+                    Ok(None) => return,
+                    Err(e) => Err(std::io::Error::other(format!(
+                        "the import stream broke: {}",
+                        e.message()
+                    ))),
+                };
+                let last = item.is_err();
+                if tx.send(item).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        let path = header.path.clone();
+        let res = self
+            .runner
+            .import(header, runner_api::chunks::ChunkReader::new(rx))
+            .await
+            .map_err(|e| {
+                tracing::warn!(path = %path, error = %e, "import not done");
+                e.to_status()
+            })?;
+        Ok(Response::new(res))
+    }
 
     async fn run_stream(
         &self,
@@ -185,6 +268,47 @@ impl RunnerRpc for Service {
     }
 }
 
+/// How long an import waits for its next message before it is refused.
+pub const IMPORT_IDLE: Duration = Duration::from_secs(60);
+
+/// Most bytes of an archive in one message.
+pub const ARCHIVE_CHUNK_BYTES: usize = 1 << 20;
+
+/// Sends an export's header, then its archive in chunks; stops when the
+/// receiver is gone.
+async fn send_archive(
+    exported: crate::transfer::Exported,
+    tx: tokio::sync::mpsc::Sender<Result<ExportChunk, Status>>,
+) {
+    use tokio::io::AsyncReadExt;
+    let header = ExportChunk {
+        part: Some(export_chunk::Part::Header(exported.header)),
+    };
+    if tx.send(Ok(header)).await.is_err() {
+        return;
+    }
+    let mut file = tokio::fs::File::from_std(exported.archive);
+    loop {
+        let mut buf = vec![0; ARCHIVE_CHUNK_BYTES];
+        let item = match file.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(ExportChunk {
+                    part: Some(export_chunk::Part::Data(buf)),
+                })
+            }
+            Err(e) => Err(Status::internal(format!(
+                "cannot read the export's archive: {e}"
+            ))),
+        };
+        let last = item.is_err();
+        if tx.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
 /// Logs a call the runner did not run. An unbound warm sandbox refuses
 /// every call until its session's files arrive, and clients retry that
 /// refusal every few milliseconds: those are routine, not warnings.
@@ -221,7 +345,7 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 
 /// Binds the socket with mode 0600 and replaces a stale one left by a runner
 /// that died; refuses to steal a socket a live runner still answers on.
-async fn bind_socket(path: &Path) -> Result<UnixListener, Error> {
+pub async fn bind_socket(path: &Path) -> Result<UnixListener, Error> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {

@@ -142,6 +142,8 @@ fn assert_reflection(v: &Value) {
             "Attach": {"input": "agentplane.runner.v1.AttachRequest", "output": "agentplane.runner.v1.RunEvent"},
             "Cancel": {"input": "agentplane.runner.v1.CancelRequest", "output": "agentplane.runner.v1.CancelResponse"},
             "ListTools": {"input": "agentplane.runner.v1.ListToolsRequest", "output": "agentplane.runner.v1.ListToolsResponse"},
+            "Export": {"input": "agentplane.runner.v1.ExportRequest", "output": "agentplane.runner.v1.ExportChunk"},
+            "Import": {"input": "agentplane.runner.v1.ImportChunk", "output": "agentplane.runner.v1.ImportResponse"},
         })
     );
     assert_eq!(v["health_methods"], serde_json::json!(["Check", "Watch"]));
@@ -233,7 +235,15 @@ async fn reflection_v1_lists_services_and_serves_the_runner_descriptor() {
     let methods: Vec<&str> = svc.method.iter().map(|m| m.name()).collect();
     assert_eq!(
         methods,
-        ["Run", "RunStream", "Attach", "Cancel", "ListTools"]
+        [
+            "Run",
+            "RunStream",
+            "Attach",
+            "Cancel",
+            "ListTools",
+            "Export",
+            "Import"
+        ]
     );
 }
 

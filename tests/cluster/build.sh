@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (once) the pinned Kubernetes, etcd, helm and kube-router binaries from
+# Build (once) the pinned Kubernetes, etcd, helm, kube-router and kwok binaries from
 # the Go module proxy into ~/.cache/agentplane/k8s-<version>/bin and reuse them
 # afterwards.
 #
@@ -9,7 +9,7 @@
 #                                   another Kubernetes release: the staging modules
 #                                   k8s.io/* are pinned by replace to v0.X.Y
 #
-# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router}/go.mod (+ go.sum).
+# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router,kwok}/go.mod (+ go.sum).
 # Each component is rebuilt when the sha256 of its go.mod/go.sum changes.
 set -euo pipefail
 
@@ -130,6 +130,9 @@ main() {
 	p=github.com/cloudnativelabs/kube-router/v2
 	build_component kube-router "$GOMOD_DIR/kube-router" "-X $p/pkg/version.Version=$KUBE_ROUTER_VERSION -X $p/pkg/version.BuildDate=$date" \
 		kube-router -- "$p/cmd/kube-router"
+	# kwok fakes nodes and their pods for the scale benchmark (tests/cluster/kwok.sh).
+	p=sigs.k8s.io/kwok
+	build_component kwok "$GOMOD_DIR/kwok" "" kwok -- "$p/cmd/kwok"
 	log "build: all binaries ready in $BIN_DIR ($((SECONDS - t0))s)"
 	echo "$BIN_DIR"
 }

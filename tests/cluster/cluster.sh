@@ -40,6 +40,10 @@ CNI_NET="agentplane"
 FWD_CHAIN="AGENTPLANE-FWD"
 IN_CHAIN="AGENTPLANE-IN"
 API_URL="https://127.0.0.1:$API_PORT"
+# Client rate limits of the scheduler (binds) and controller-manager (GC,
+# namespaces); the defaults are upstream's, the scale benchmark raises them.
+SCHEDULER_QPS="${AGENTPLANE_SCHEDULER_QPS:-50}"
+CM_QPS="${AGENTPLANE_CONTROLLER_MANAGER_QPS:-20}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router)
 # Host sysctls that kubelet (kernel tunables), kube-proxy (route_localnet) and the
 # CNI bridge (ip_forward) change: saved by up, restored by down.
@@ -458,6 +462,11 @@ makeIPTablesUtilChains: false
 # Every pod's process budget (the chart documents it as a requirement): a
 # fork bomb in one sandbox ends at its own pod's limit, not the node's.
 podPidsLimit: 1024
+# How often the kubelet measures each pod's volumes (du), which is what the
+# local-storage eviction reads: 1m by default, with up to as much jitter
+# again, so a sandbox past its /tmp bound could run on for two minutes. A
+# test node measures every 10 s.
+volumeStatsAggPeriod: 10s
 nodeStatusReportFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
@@ -715,12 +724,14 @@ cmd_up() {
 		--controllers '*' --use-service-account-credentials \
 		--service-account-private-key-file "$PKI_DIR/sa.key" --root-ca-file "$PKI_DIR/ca.crt" \
 		--cluster-signing-cert-file "$PKI_DIR/ca.crt" --cluster-signing-key-file "$PKI_DIR/ca.key" \
-		--service-cluster-ip-range "$SERVICE_CIDR" --allocate-node-cidrs=false --profiling=false
+		--service-cluster-ip-range "$SERVICE_CIDR" --allocate-node-cidrs=false --profiling=false \
+		--kube-api-qps "$CM_QPS" --kube-api-burst "$((CM_QPS * 3 / 2))"
 	start kube-scheduler "$BIN_DIR/kube-scheduler" \
 		--kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
 		--authentication-kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
 		--authorization-kubeconfig "$STATE_DIR/scheduler.kubeconfig" \
-		--bind-address 127.0.0.1 --leader-elect=false --profiling=false
+		--bind-address 127.0.0.1 --leader-elect=false --profiling=false \
+		--kube-api-qps "$SCHEDULER_QPS" --kube-api-burst "$((SCHEDULER_QPS * 2))"
 
 	start containerd "$(command -v containerd)" --config "$STATE_DIR/containerd/config.toml"
 	wait_for containerd 60 "containerd socket" ctr --address "$CONTAINERD_SOCK" version
@@ -783,6 +794,9 @@ cmd_down() {
 	[[ $EUID -eq 0 ]] || die "cluster.sh down needs root"
 	local t0
 	t0=$(now_ms)
+	# 0. The fake nodes' controller (kwok.sh), if it runs: the pods it
+	#    played go with the API server's state below.
+	stop kwok
 	# 1. No more scheduling or re-creation; then let the kubelet tear pods down
 	#    properly (CRI StopPodSandbox -> CNI DEL, unmounts).
 	stop kube-controller-manager

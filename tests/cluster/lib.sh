@@ -11,6 +11,7 @@ K8S_VERSION="$(modver k8s k8s.io/kubernetes)"
 ETCD_VERSION="$(modver etcd go.etcd.io/etcd/server/v3)"
 HELM_VERSION="$(modver helm helm.sh/helm/v4)"
 KUBE_ROUTER_VERSION="$(modver kube-router github.com/cloudnativelabs/kube-router/v2)"
+KWOK_VERSION="$(modver kwok sigs.k8s.io/kwok)"
 
 CACHE_ROOT="${AGENTPLANE_CACHE:-$HOME/.cache/agentplane}"
 BIN_DIR="$CACHE_ROOT/k8s-$K8S_VERSION/bin"

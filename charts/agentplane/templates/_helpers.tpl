@@ -42,3 +42,19 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- define "agentplane.dispatcher" -}}
+{{ include "agentplane.fullname" . }}-dispatcher
+{{- end -}}
+
+{{- define "agentplane.dispatcherSelector" -}}
+app.kubernetes.io/name: agentplane-dispatcher
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "agentplane.dispatcherLabels" -}}
+{{ include "agentplane.dispatcherSelector" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}

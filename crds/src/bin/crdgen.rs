@@ -1,4 +1,4 @@
-//! Prints a CRD as YAML: `cargo run -p crds --bin crdgen [-- agentwarmpools] > FILE`
+//! Prints a CRD as YAML: `cargo run -p crds --bin crdgen [-- agentwarmpools|agentenvironments|agentcheckpoints] > FILE`
 //! (the AgentSession CRD without an argument).
 
 fn main() -> std::process::ExitCode {
@@ -6,8 +6,12 @@ fn main() -> std::process::ExitCode {
     let yaml = match which.as_deref() {
         None | Some("agentsessions") => crds::crd_yaml(),
         Some("agentwarmpools") => crds::pool_crd_yaml(),
+        Some("agentenvironments") => crds::environment_crd_yaml(),
+        Some("agentcheckpoints") => crds::checkpoint_crd_yaml(),
         Some(other) => {
-            eprintln!("crdgen: unknown CRD {other:?}; say agentsessions or agentwarmpools");
+            eprintln!(
+                "crdgen: unknown CRD {other:?}; say agentsessions, agentwarmpools, agentenvironments or agentcheckpoints"
+            );
             return std::process::ExitCode::from(2);
         }
     };

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crds::{AgentSession, AgentSessionSpec, AgentWarmPool, WarmPoolTemplate, WorkspaceStorage};
+use crds::{AgentSession, AgentSessionSpec, AgentWarmPool, WarmPoolTemplate};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::{Resource, ResourceExt};
 use runner_api::{BINDING_FILE, Binding, BoundEnv};
@@ -39,24 +39,7 @@ pub fn template_hash(template: &WarmPoolTemplate) -> String {
 /// The pool's template as a session spec without tools: what the pool's
 /// pods are built from, and what the session policy is checked against.
 pub fn template_spec(template: &WarmPoolTemplate) -> AgentSessionSpec {
-    AgentSessionSpec {
-        image: template.image.clone(),
-        workdir: template.workdir.clone(),
-        tools: Vec::new(),
-        mcp_servers: Vec::new(),
-        resources: template.resources.clone(),
-        env: template.env.clone(),
-        runtime_class_name: template.runtime_class_name.clone(),
-        node_selector: template.node_selector.clone(),
-        tolerations: template.tolerations.clone(),
-        workspace: template.empty_dir.clone().map(|e| WorkspaceStorage {
-            empty_dir: Some(e),
-            volume_claim_template: None,
-        }),
-        lifetime: None,
-        suspended: None,
-        warm_pool: None,
-    }
+    template.session_spec()
 }
 
 /// Whether `pod` started in a warm pool (claimed or not).

@@ -14,10 +14,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crds::{AgentSession, AgentSessionSpec};
+use crds::{AgentCheckpoint, AgentSession, AgentSessionSpec};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
@@ -31,18 +32,21 @@ use opentelemetry::metrics::{Counter, Histogram};
 use opentelemetry::trace::{Span, Status, Tracer};
 use toolset::Entries;
 
+use crate::checkpoint::fork;
 use crate::context::{Context, Note, apply_params, delete_exactly, key};
 use crate::error::{Error, Result};
 use crate::mcp::client::McpClient;
 use crate::mcp::destinations::Destinations;
 use crate::names::BOUND_ANNOTATION;
 use crate::policy;
-use crate::resolution::{self, Listings, Resolution};
+use crate::resolution::{self, CondSpec, Listings, Resolution};
+use crate::session::cache::{self, Caches};
 use crate::session::claiming;
 use crate::session::lifecycle;
 use crate::session::observe::{earlier_scheme, observe};
 use crate::session::plan::{self, Observed, Plan, PodAction};
 use crate::session::unreadable;
+use crate::session::written::{self, Written};
 use crate::validation;
 
 /// The reconcile metrics, built once rather than per reconcile.
@@ -75,6 +79,14 @@ pub struct SessionContext {
     pub mcp_timeout: Duration,
     /// Where MCP listings may connect.
     pub mcp_destinations: Arc<Destinations>,
+    /// The ConfigMaps and NetworkPolicies last applied, to skip unchanged
+    /// re-applies (see [`crate::session::written`]).
+    pub written: Written,
+    /// The controller's caches of the sessions' objects, read before the
+    /// API server (see [`crate::session::cache`]).
+    pub caches: Caches,
+    /// Most sessions reconciled at once (`--max-concurrent-reconciles`).
+    pub concurrency: u16,
     metrics: Metrics,
 }
 
@@ -93,6 +105,9 @@ impl SessionContext {
             base,
             mcp_timeout,
             mcp_destinations: Arc::new(mcp_destinations),
+            written: Written::default(),
+            caches: Caches::default(),
+            concurrency: MAX_CONCURRENT_RECONCILES,
             metrics: Metrics::new(),
         }
     }
@@ -184,16 +199,23 @@ async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result
         }
         None => session,
     };
-    let mut observed = observe(ctx, &ns, session, &res).await?;
+    let mut observed = observe(ctx, &ctx.caches, &ns, session, &res).await?;
     let now = Timestamp::now();
+    observed.fork = fork_source(ctx, &ns, session).await?;
     claim_if_warm(ctx, &ns, session, &res, &mut observed, now).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, now);
-    let applied = carry_out(ctx, &ns, &plan).await;
+    let applied = carry_out(ctx, &ns, &plan, &observed).await;
     if let Err(e) = &applied {
         tracing::warn!(session = %key(session), error = %e, "applying the session's objects failed");
         plan.apply_failed(session.status.as_ref(), &e.to_string(), Timestamp::now());
     }
-    write_status(ctx, &ns, session, &plan, applied.is_ok()).await?;
+    if !write_status(ctx, &ns, session, &plan, applied.is_ok()).await? {
+        // The session read was stale (a newer version, perhaps our own last
+        // status, is on its way through the watch): its next event brings
+        // this reconcile back with it, events and all.
+        applied?;
+        return Ok(Action::requeue(plan.requeue));
+    }
     // Events after the status: a client waiting for Ready does not wait
     // for them, and a status that failed to land is reconciled again, its
     // events with it.
@@ -237,6 +259,17 @@ async fn claim_if_warm(
             lifecycle::stage(session, None, now),
             lifecycle::Stage::Running
         );
+    if session.spec.from.is_some() && session.spec.warm_pool.is_some() {
+        observed.warm = Some(CondSpec {
+            type_: "WarmPool",
+            status: false,
+            reason: "ForkStartsCold".into(),
+            message:
+                "the session starts from a checkpoint, which a warm pod cannot: it starts cold"
+                    .into(),
+        });
+        return Ok(());
+    }
     if observed.pod.is_none()
         && wants_pod
         && let Some(pool) = session.spec.warm_pool.as_deref()
@@ -249,27 +282,129 @@ async fn claim_if_warm(
     Ok(())
 }
 
+/// For a fork (`spec.from`): its `Checkpoint` condition, True once the
+/// checkpoint in the session's namespace is Ready. A fork from a session's
+/// name first makes its own checkpoint of that session (see
+/// [`fork::decide`]).
+async fn fork_source(ctx: &Context, ns: &str, session: &AgentSession) -> Result<Option<CondSpec>> {
+    let Some(name) = fork::checkpoint_of(session) else {
+        return Ok(None);
+    };
+    let api: Api<AgentCheckpoint> = Api::namespaced(ctx.client.clone(), ns);
+    let checkpoint = match fork::decide(session, api.get_opt(&name).await?) {
+        fork::Source::Use(c) => c.map(|c| *c),
+        fork::Source::Hold(why) => return Ok(Some(why)),
+        fork::Source::Create(new) => match take_for_fork(ctx, &api, session, &new).await? {
+            Ok(made) => made,
+            Err(why) => return Ok(Some(why)),
+        },
+    };
+    let claim = match &checkpoint {
+        Some(_) => {
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+            let claim = crate::checkpoint::plan::claim_name(&name);
+            claims.get_metadata_opt(&claim).await?.map(|m| m.metadata)
+        }
+        None => None,
+    };
+    let (ready, reason, message) =
+        crate::checkpoint::plan::fork_condition(&name, checkpoint.as_ref(), claim.as_ref());
+    Ok(Some(CondSpec {
+        type_: "Checkpoint",
+        status: ready,
+        reason,
+        message,
+    }))
+}
+
+/// Creates the checkpoint a fork takes of the session it names (a plain
+/// create: nothing under its name is adopted). When the name was taken
+/// since it was read, what stands there now is judged again.
+async fn take_for_fork(
+    ctx: &Context,
+    api: &Api<AgentCheckpoint>,
+    session: &AgentSession,
+    new: &AgentCheckpoint,
+) -> Result<std::result::Result<Option<AgentCheckpoint>, CondSpec>> {
+    match api.create(&PostParams::default(), new).await {
+        Ok(made) => {
+            let message = format!(
+                "taking AgentCheckpoint {} of session {} to start from",
+                made.name_any(),
+                made.spec.source.session
+            );
+            ctx.publish(session, &Note::normal("TakingCheckpoint", message))
+                .await;
+            Ok(Ok(Some(made)))
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let now = api.get_opt(&new.name_any()).await?;
+            Ok(match fork::decide(session, now) {
+                fork::Source::Use(c) => Ok(c.map(|c| *c)),
+                fork::Source::Hold(why) => Err(why),
+                // Gone again already: the reconcile is retried.
+                fork::Source::Create(_) => {
+                    return Err(Error::Checkpoint(format!(
+                        "AgentCheckpoint {} was there when it was created and gone when it was read",
+                        new.name_any()
+                    )));
+                }
+            })
+        }
+        // Refused for good until someone acts (the operator's RBAC, an
+        // admission policy): said on the fork, tried again on its requeue.
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Ok(Err(CondSpec {
+            type_: "Checkpoint",
+            status: false,
+            reason: "CheckpointRefused".into(),
+            message: format!(
+                "the API server refused to create AgentCheckpoint {}: {}",
+                new.name_any(),
+                e.message
+            ),
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Writes the plan's status by server-side apply, beside the nudge that
 /// has the kubelet write a claimed pod's binding: a client that sees Ready
 /// first is told `unbound` and retries for the moment it takes.
+///
+/// The apply is conditional on the session's resourceVersion (see
+/// [`Plan::status_apply`]): the session comes from the watch cache, which
+/// can lag behind our own last write. `Ok(false)`: refused as stale.
 async fn write_status(
     ctx: &Context,
     ns: &str,
     session: &AgentSession,
     plan: &Plan,
     applied: bool,
-) -> Result<()> {
-    let body = serde_json::json!({
-        "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
-        "kind": "AgentSession",
-        "status": plan.status,
-    });
+) -> Result<bool> {
+    let body = plan.status_apply(session);
     let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), ns);
+    // A resync that finds everything as the status already says writes
+    // nothing: at scale most reconciles are such resyncs.
+    let unchanged = applied && !plan.changes_status(session.status.as_ref());
     let status = async {
-        sessions
+        if unchanged {
+            return Ok(true);
+        }
+        match sessions
             .patch_status(&session.name_any(), &apply_params(), &Patch::Apply(&body))
-            .await?;
-        Ok::<_, Error>(())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::info!(
+                    session = %key(session),
+                    read = session.resource_version().unwrap_or_default(),
+                    "status refused: the session changed since it was read; reconciling its newer version"
+                );
+                Ok(false)
+            }
+            Err(e) => Err(Error::from(e)),
+        }
     };
     let touched = async {
         match &plan.pod {
@@ -280,8 +415,9 @@ async fn write_status(
         }
     };
     let (status, touched) = futures::join!(status, touched);
-    status?;
-    touched
+    let landed = status?;
+    touched?;
+    Ok(landed)
 }
 
 /// A session the typed decode refused: its status names the JSON path
@@ -342,22 +478,23 @@ async fn unreadable_session(
 
 /// Issues the plan's API calls, in dependency order: the ConfigMap and
 /// claim the pod mounts, then the pod.
-async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
+async fn carry_out(ctx: &SessionContext, ns: &str, plan: &Plan, observed: &Observed) -> Result<()> {
     let client = &ctx.client;
     // The ConfigMap and the NetworkPolicy before the pod (the sandbox never
-    // runs a moment with open egress), and independent of each other.
+    // runs a moment with open egress), and independent of each other; each
+    // skipped when the server holds exactly what our last apply of the
+    // same content left there.
     let configmap = async {
         if let Some(cm) = &plan.configmap {
             let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-            cms.patch(&cm.name_any(), &apply_params(), &Patch::Apply(cm))
-                .await?;
+            apply_unless_written(&ctx.written, &cms, ns, cm, observed.configmap.as_ref()).await?;
         }
         Ok::<_, Error>(())
     };
     let network_policy = async {
         if let Some(np) = &plan.network_policy {
             let nps: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-            nps.patch(&np.name_any(), &apply_params(), &Patch::Apply(np))
+            apply_unless_written(&ctx.written, &nps, ns, np, observed.network_policy.as_ref())
                 .await?;
         }
         Ok::<_, Error>(())
@@ -400,6 +537,46 @@ async fn carry_out(ctx: &Context, ns: &str, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// Server-side applies `obj` unless `observed` (its metadata read in this
+/// reconcile) is what our last apply of the same content left; records the
+/// apply otherwise.
+async fn apply_unless_written<K>(
+    written: &Written,
+    api: &Api<K>,
+    ns: &str,
+    obj: &K,
+    observed: Option<&ObjectMeta>,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let name = obj.name_any();
+    let digest = written::digest(obj);
+    let seen = observed
+        .filter(|m| m.name.as_deref() == Some(name.as_str()))
+        .and_then(|m| m.resource_version.as_deref());
+    if written.unchanged(kind, ns, &name, seen, digest) {
+        return Ok(());
+    }
+    let applied = api
+        .patch(&name, &apply_params(), &Patch::Apply(obj))
+        .await?;
+    written.record(
+        kind,
+        ns,
+        &name,
+        applied.meta().resource_version.clone(),
+        digest,
+    );
+    Ok(())
+}
+
 /// Records the hash of the ConfigMap just written on a claimed warm pod.
 /// The UID makes the patch fail on any other pod of that name.
 async fn touch(ctx: &Context, ns: &str, name: &str, uid: Option<&str>, bound: &str) -> Result<()> {
@@ -423,7 +600,8 @@ pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<SessionContex
     Action::requeue(wait)
 }
 
-/// Most sessions reconciled at once. A reconcile may wait on MCP servers
+/// Most sessions reconciled at once, unless `--max-concurrent-reconciles`
+/// says otherwise. A reconcile may wait on MCP servers
 /// (bounded by their timeout); the bound keeps a burst of sessions from
 /// opening unbounded connections and starving the lease renewal.
 pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
@@ -451,8 +629,9 @@ const MANAGED: &str = "app.kubernetes.io/managed-by=agentplane";
 /// bytes per session.
 fn owned_metadata<K>(
     ctx: &Context,
-) -> impl futures::Stream<Item = std::result::Result<PartialObjectMeta<K>, watcher::Error>>
-+ Send
+) -> impl futures::Stream<
+    Item = std::result::Result<watcher::Event<PartialObjectMeta<K>>, watcher::Error>,
+> + Send
 + 'static
 where
     K: Resource<DynamicType = ()>
@@ -466,7 +645,7 @@ where
     let api: Api<PartialObjectMeta<K>> = Api::all(ctx.client.clone());
     watcher(api, watcher::Config::default().labels(MANAGED))
         .default_backoff()
-        .touched_objects()
+        .modify(|m| m.metadata.managed_fields = None)
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -490,14 +669,42 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let sessions = Controller::for_stream(changed, reader)
-        .owns(pods, watcher::Config::default().labels(MANAGED))
-        // The fences: a removed or changed NetworkPolicy, ConfigMap or
-        // claim wakes its session, whose reconcile applies it again.
-        .owns_stream(owned_metadata::<NetworkPolicy>(&ctx))
-        .owns_stream(owned_metadata::<ConfigMap>(&ctx))
-        .owns_stream(owned_metadata::<PersistentVolumeClaim>(&ctx))
-        .with_config(controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES))
+    let controller = Controller::for_stream(changed, reader);
+    // The fences: a removed or changed NetworkPolicy, ConfigMap or claim
+    // wakes its session, whose reconcile applies it again. The same
+    // watches fill the caches a reconcile reads first.
+    let controller = match ctx.caches.take_writers() {
+        Some(w) => controller
+            .owns_stream(
+                watcher(pods, watcher::Config::default().labels(MANAGED))
+                    .default_backoff()
+                    .modify(cache::slim)
+                    .reflect(w.pods)
+                    .touched_objects(),
+            )
+            .owns_stream(
+                owned_metadata::<NetworkPolicy>(&ctx)
+                    .reflect(w.network_policies)
+                    .touched_objects(),
+            )
+            .owns_stream(
+                owned_metadata::<ConfigMap>(&ctx)
+                    .reflect(w.configmaps)
+                    .touched_objects(),
+            )
+            .owns_stream(
+                owned_metadata::<PersistentVolumeClaim>(&ctx)
+                    .reflect(w.claims)
+                    .touched_objects(),
+            ),
+        None => controller
+            .owns(pods, watcher::Config::default().labels(MANAGED))
+            .owns_stream(owned_metadata::<NetworkPolicy>(&ctx).touched_objects())
+            .owns_stream(owned_metadata::<ConfigMap>(&ctx).touched_objects())
+            .owns_stream(owned_metadata::<PersistentVolumeClaim>(&ctx).touched_objects()),
+    };
+    let sessions = controller
+        .with_config(controller::Config::default().concurrency(ctx.concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {

@@ -97,7 +97,10 @@ fn build(
                 ..LabelSelector::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: policy.gateway.as_ref().map(|g| vec![gateway_rule(g)]),
+            ingress: policy
+                .gateway
+                .as_ref()
+                .map(|g| vec![gateway_rule(g, policy.operator.as_ref())]),
             egress: Some(egress),
         }),
     })
@@ -115,31 +118,37 @@ fn block(cidr: &Cidr, denied: &[Cidr]) -> IPBlock {
     }
 }
 
-/// The gateway's pods, to the runner's mutual-TLS port only.
-fn gateway_rule(g: &GatewaySource) -> NetworkPolicyIngressRule {
+/// The gateway's pods (and the operator's, which takes checkpoints), to
+/// the runner's mutual-TLS port only.
+fn gateway_rule(g: &GatewaySource, operator: Option<&GatewaySource>) -> NetworkPolicyIngressRule {
     NetworkPolicyIngressRule {
-        from: Some(vec![NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(
-                    [(
-                        "kubernetes.io/metadata.name".to_owned(),
-                        g.namespace.clone(),
-                    )]
-                    .into(),
-                ),
-                ..LabelSelector::default()
-            }),
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(g.pod_labels.clone()),
-                ..LabelSelector::default()
-            }),
-            ..NetworkPolicyPeer::default()
-        }]),
+        from: Some(std::iter::once(g).chain(operator).map(peer).collect()),
         ports: Some(vec![NetworkPolicyPort {
             port: Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT))),
             protocol: Some("TCP".into()),
             end_port: None,
         }]),
+    }
+}
+
+/// Pods with `g`'s labels in `g`'s namespace.
+fn peer(g: &GatewaySource) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(
+                [(
+                    "kubernetes.io/metadata.name".to_owned(),
+                    g.namespace.clone(),
+                )]
+                .into(),
+            ),
+            ..LabelSelector::default()
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(g.pod_labels.clone()),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
     }
 }
 
@@ -199,6 +208,7 @@ mod tests {
             allowed: vec![c("0.0.0.0/0"), c("203.0.113.0/24")],
             cluster: vec![c("10.88.0.0/16"), c("10.96.0.0/12")],
             gateway: None,
+            operator: None,
         };
         let mut s = AgentSession::new(
             "demo",
@@ -248,6 +258,48 @@ mod tests {
             "DNS only"
         );
         assert!(network_policy(&s, &EgressPolicy::default()).is_none());
+    }
+
+    #[test]
+    fn the_operator_is_admitted_beside_the_gateway_when_its_labels_are_given() {
+        let source = |ns: &str, app: &str| GatewaySource {
+            namespace: ns.into(),
+            pod_labels: [("app.kubernetes.io/name".to_owned(), app.to_owned())].into(),
+        };
+        let policy = EgressPolicy {
+            enabled: true,
+            gateway: Some(source("agentplane-system", "agentplane-gateway")),
+            operator: Some(source("agentplane-system", "agentplane-operator")),
+            ..EgressPolicy::default()
+        };
+        let s = AgentSession::new(
+            "demo",
+            serde_json::from_value(serde_json::json!({"image": "busybox", "tools": []}))
+                .expect("spec"),
+        );
+        let ingress = network_policy(&s, &policy)
+            .and_then(|np| np.spec)
+            .and_then(|s| s.ingress)
+            .expect("ingress");
+        assert_eq!(ingress.len(), 1, "one rule, to the TLS port");
+        let apps: Vec<String> = ingress[0]
+            .from
+            .iter()
+            .flatten()
+            .filter_map(|p| p.pod_selector.as_ref()?.match_labels.as_ref())
+            .map(|l| l["app.kubernetes.io/name"].clone())
+            .collect();
+        assert_eq!(apps, ["agentplane-gateway", "agentplane-operator"]);
+        // Without a gateway no runner listens on the pod network: nobody
+        // is admitted, the operator neither.
+        let no_gateway = EgressPolicy {
+            gateway: None,
+            ..policy
+        };
+        let spec = network_policy(&s, &no_gateway)
+            .and_then(|np| np.spec)
+            .expect("spec");
+        assert!(spec.ingress.is_none());
     }
 
     #[test]

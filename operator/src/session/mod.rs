@@ -9,6 +9,7 @@
 //! servers through the `mcp` wing; it never imports the `pool` wing (a
 //! claim reads the pool controller's caches through the shared context).
 
+pub mod cache;
 pub mod claim;
 pub mod claiming;
 pub mod controller;
@@ -19,3 +20,4 @@ pub mod plan;
 pub mod pod;
 pub mod status;
 pub mod unreadable;
+pub mod written;

@@ -6,12 +6,14 @@
 use crds::AgentSession;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::names::{self, Names, Scheme, owned_by};
 use crate::resolution::Resolution;
+use crate::session::cache::Caches;
 use crate::session::claim;
 use crate::session::plan::Observed;
 use crate::session::pod;
@@ -54,50 +56,90 @@ pub async fn earlier_scheme(
 }
 
 /// Reads what the plan depends on: the objects under the session's names
-/// (the ConfigMap and claim as metadata only).
+/// (the ConfigMap, claim and NetworkPolicy as metadata only), from the
+/// controller's caches where they hold them and from the API server where
+/// they do not (see [`crate::session::cache`]).
 pub async fn observe(
     ctx: &Context,
+    caches: &Caches,
     ns: &str,
     session: &AgentSession,
     res: &Resolution,
 ) -> Result<Observed> {
     let names = Names::of(session);
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let warm_pool = session.spec.warm_pool.is_some();
+    let cached = caches.ready();
     // Independent reads, issued together: each is a round trip, and a warm
     // claim is judged by how few of those it waits on.
-    let listed = async {
-        if warm_pool {
-            session_pods(&pods, session).await
-        } else {
-            Ok(Vec::new())
-        }
-    };
+    let pods = session_pod(ctx, cached.then_some(caches), ns, session);
     let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
     let claim = async {
         if !wants_claim {
             return Ok(None);
         }
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-        Ok::<_, Error>(
-            claims
-                .get_metadata_opt(&names.claim)
-                .await?
-                .map(|m| m.metadata),
-        )
+        let hit = cached.then(|| caches.claim(ns, &names.claim)).flatten();
+        metadata::<PersistentVolumeClaim>(ctx, ns, &names.claim, hit).await
     };
     let network_policy = async {
-        let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-        Ok::<_, Error>(
-            nps.get_metadata_opt(&names.network_policy)
-                .await?
-                .map(|m| m.metadata),
-        )
+        let hit = cached
+            .then(|| caches.network_policy(ns, &names.network_policy))
+            .flatten();
+        metadata::<NetworkPolicy>(ctx, ns, &names.network_policy, hit).await
     };
-    let by_name = async { Ok::<_, Error>(pods.get_opt(&names.pod).await?) };
-    let (by_name, listed, claim, network_policy) =
-        futures::try_join!(by_name, listed, claim, network_policy)?;
-    let (pod, surplus) = match by_name {
+    let ((pod, surplus), claim, network_policy) = futures::try_join!(pods, claim, network_policy)?;
+    // A claimed warm pod mounts the ConfigMap named after itself; it is the
+    // session's to write only if it is the session's (or not there yet).
+    let cm_name = pod
+        .as_ref()
+        .filter(|p| claim::is_warm(p))
+        .and_then(claim::toolset_configmap_name)
+        .unwrap_or(names.configmap.clone());
+    let hit = cached.then(|| caches.configmap(ns, &cm_name)).flatten();
+    let configmap = metadata::<ConfigMap>(ctx, ns, &cm_name, hit).await?;
+    Ok(Observed {
+        pod,
+        configmap,
+        claim,
+        network_policy,
+        surplus,
+        ..Observed::default()
+    })
+}
+
+/// The pod the session runs in and its surplus pods (see [`claim::pick`]),
+/// from the caches when given and they hold it.
+async fn session_pod(
+    ctx: &Context,
+    caches: Option<&Caches>,
+    ns: &str,
+    session: &AgentSession,
+) -> Result<(Option<Pod>, Vec<(String, Option<String>)>)> {
+    let names = Names::of(session);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let warm_pool = session.spec.warm_pool.is_some();
+    let cached_pod = caches.and_then(|c| c.pod(ns, &names.pod));
+    // A warm session's claimed pod has the pool's name: the status names
+    // it, so the cache finds it without a scan.
+    let recorded = caches
+        .filter(|_| warm_pool)
+        .and_then(|c| c.recorded_pod(ns, session));
+    let listed = async {
+        match &recorded {
+            _ if !warm_pool => Ok(Vec::new()),
+            Some(pod) => Ok(vec![pod.clone()]),
+            None => session_pods(&pods, session).await,
+        }
+    };
+    let by_name = async {
+        match (&cached_pod, &recorded) {
+            (Some(pod), _) => Ok(Some(pod.clone())),
+            // Running on its claimed pod: a pod under the session's own
+            // name matters only to a cold start, which looks it up again.
+            (None, Some(_)) => Ok(None),
+            (None, None) => Ok::<_, Error>(pods.get_opt(&names.pod).await?),
+        }
+    };
+    let (by_name, listed) = futures::try_join!(by_name, listed)?;
+    Ok(match by_name {
         // Someone else's pod under the session's name: the plan reports it.
         Some(p) if !owned_by(&p.metadata, session) => (Some(p), Vec::new()),
         by_name if warm_pool => {
@@ -110,24 +152,28 @@ pub async fn observe(
             claim::pick(all)
         }
         by_name => (by_name, Vec::new()),
-    };
-    // A claimed warm pod mounts the ConfigMap named after itself; it is the
-    // session's to write only if it is the session's (or not there yet).
-    let cm_name = pod
-        .as_ref()
-        .filter(|p| claim::is_warm(p))
-        .and_then(claim::toolset_configmap_name)
-        .unwrap_or(names.configmap.clone());
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let configmap = cms.get_metadata_opt(&cm_name).await?.map(|m| m.metadata);
-    Ok(Observed {
-        pod,
-        configmap,
-        claim,
-        network_policy,
-        warm: None,
-        surplus,
     })
+}
+
+/// The metadata of `ns/name`: the cache's `hit`, or else the API server's
+/// answer (a miss may be a watch that has not caught up).
+async fn metadata<K>(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    hit: Option<ObjectMeta>,
+) -> Result<Option<ObjectMeta>>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if hit.is_some() {
+        return Ok(hit);
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api.get_metadata_opt(name).await?.map(|m| m.metadata))
 }
 
 /// Every pod `session` controls, found by its session label and then

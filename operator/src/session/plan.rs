@@ -52,6 +52,9 @@ pub struct Observed {
     /// two operators that raced, one claiming a warm pod while the other
     /// started a cold one. They are deleted (see [`claim::pick`]).
     pub surplus: Vec<(String, Option<String>)>,
+    /// A fork's `Checkpoint` condition (`spec.from`): True once its
+    /// checkpoint is Ready. Until then no pod is made.
+    pub fork: Option<CondSpec>,
 }
 
 /// The first object under one of the session's names that the session does
@@ -123,6 +126,31 @@ pub struct Plan {
     warnings: Vec<String>,
 }
 
+impl Plan {
+    /// Whether the status this plan writes differs from `previous`, the
+    /// status the reconcile read. When it does not, writing it again would
+    /// change nothing but cost an API call (and, at scale, most reconciles
+    /// are resyncs that find everything as it was).
+    pub fn changes_status(&self, previous: Option<&AgentSessionStatus>) -> bool {
+        previous != Some(&self.status)
+    }
+
+    /// The server-side apply body of this plan's status for `session`. It
+    /// carries the resourceVersion the plan was made from, so the API
+    /// server refuses it (409) when the session changed since: a plan made
+    /// from a lagging watch cache must not overwrite a newer status with an
+    /// older view (an evicted pod's `LimitReached`, say, once that pod is
+    /// gone and only the newer status remembers it).
+    pub fn status_apply(&self, session: &AgentSession) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
+            "kind": "AgentSession",
+            "metadata": { "resourceVersion": session.resource_version() },
+            "status": self.status,
+        })
+    }
+}
+
 /// Decides one reconcile.
 pub fn plan(
     session: &AgentSession,
@@ -181,6 +209,14 @@ fn running(
     let warm_pod = observed.pod.as_ref().filter(|p| claim::is_warm(p));
     let pod_name = warm_pod.map_or_else(|| Names::of(session).pod, |p| p.name_any());
     let (mut action, mut pod_events, mut current) = decide_pod(session, observed, resolution, cfg);
+    // A fork waits for its checkpoint before its pod is made (a pod that
+    // runs already keeps running: it imported when it started).
+    let fork_waits = observed.fork.as_ref().is_some_and(|f| !f.status);
+    if fork_waits && matches!(action, PodAction::Create(_)) {
+        action = PodAction::Keep;
+        pod_events.clear();
+        current = None;
+    }
     // Woken after an idle exit while the ended pod is still there: replace it.
     if let Some(p) = observed.pod.as_ref().filter(|p| ended_idle(session, p)) {
         action = delete(p);
@@ -211,7 +247,7 @@ fn running(
         &pod_name,
         now,
     );
-    if current.is_some() && status.phase != Some(crds::SessionPhase::Ready) {
+    if (current.is_some() && status.phase != Some(crds::SessionPhase::Ready)) || fork_waits {
         requeue = requeue.min(POD_NOT_READY);
     }
     let runs = resolution.runner.as_ref();
@@ -259,6 +295,9 @@ fn running_status(
         running_condition(&mut status, previous, generation, now);
     }
     if let Some(spec) = warm_condition(session, observed, previous) {
+        push_condition(&mut status, spec, previous, generation, now);
+    }
+    if let Some(spec) = observed.fork.clone() {
         push_condition(&mut status, spec, previous, generation, now);
     }
     // The last bound the sandbox hit: from the pod that shows it, else as

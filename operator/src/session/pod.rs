@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::checkpoint::build::fork_volume;
 use crate::names::{Names, SPEC_HASH_ANNOTATION, owned_meta};
 use crate::quantity;
 use crate::sandbox::{DiskBounds, PodConfig, RunnerWatch};
@@ -158,6 +159,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
     if cfg.gateway {
         volumes.push(runner_tls_volume());
     }
+    volumes.extend(fork_of(session, warm).map(|c| fork_volume(&c, CHECKPOINT_VOLUME).0));
     let pod_spec = PodSpec {
         init_containers: Some(vec![install_container(cfg)]),
         containers: vec![sandbox_container(session, cfg, warm)],
@@ -321,8 +323,19 @@ fn serve(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Serve {
                 RUNNER_TLS_DIR.to_owned(),
             )
         }),
+        restore_from: fork_of(session, warm).map(|_| runner_api::CHECKPOINT_DIR.to_owned()),
     }
 }
+
+/// The checkpoint a cold session's pod starts from: the one it names, or
+/// the one it took of the session it names (a warm pool's pod never does:
+/// a fork starts cold).
+fn fork_of(session: &AgentSession, warm: bool) -> Option<String> {
+    crate::checkpoint::fork::checkpoint_of(session).filter(|_| !warm)
+}
+
+/// The volume of a fork's checkpoint (its claim, read-only).
+const CHECKPOINT_VOLUME: &str = "checkpoint";
 
 /// Where the runner keeps bash's state. On a persistent workspace it lives
 /// there (under [`WORKSPACE_STATE_DIR`]), so that a suspended session's
@@ -369,6 +382,9 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
     ];
     if cfg.gateway {
         mounts.push(mount(RUNNER_TLS_VOLUME, RUNNER_TLS_DIR, true));
+    }
+    if let Some(checkpoint) = fork_of(session, warm) {
+        mounts.push(fork_volume(&checkpoint, CHECKPOINT_VOLUME).1);
     }
     Container {
         name: SANDBOX_CONTAINER.to_owned(),

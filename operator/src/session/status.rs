@@ -199,24 +199,19 @@ pub fn conditions(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Vec<Condition> {
-    specs
+    let mut out: Vec<Condition> = specs
         .iter()
-        .map(|c| {
-            let status = if c.status { "True" } else { "False" }.to_owned();
-            let since = previous
-                .iter()
-                .find(|p| p.type_ == c.type_ && p.status == status)
-                .map_or(Time(now), |p| p.last_transition_time.clone());
-            Condition {
-                type_: c.type_.to_owned(),
-                status,
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-                observed_generation: generation,
-                last_transition_time: since,
-            }
+        .map(|c| Condition {
+            type_: c.type_.to_owned(),
+            status: if c.status { "True" } else { "False" }.to_owned(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+            observed_generation: generation,
+            last_transition_time: Time(now),
         })
-        .collect()
+        .collect();
+    crds::conditions::keep_transition_times(&mut out, previous);
+    out
 }
 
 /// `Degraded`, for a session whose sandbox runs: True when part of what

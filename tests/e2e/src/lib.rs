@@ -6,7 +6,11 @@
 //! to get one (`scripts/test-all.sh` starts it). `tests/follow.rs` is the
 //! exception: it needs only the built binaries.
 
+pub mod api;
 pub mod front;
+pub mod release;
+pub mod scale;
+pub mod standin;
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -521,6 +525,12 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// storage provisioner, so workspace claims bind an administrator's static
 /// volume like this one (hostPath volumes get no fsGroup).
 pub fn static_volume(k: &Kubectl, name: &str, dir: &Path) {
+    static_volume_of(k, name, dir, "1Gi");
+}
+
+/// [`static_volume`] with the capacity `capacity` (a claim binds only a
+/// volume at least as large as it asks; hostPath enforces nothing).
+pub fn static_volume_of(k: &Kubectl, name: &str, dir: &Path, capacity: &str) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir).expect("volume dir");
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -529,7 +539,7 @@ pub fn static_volume(k: &Kubectl, name: &str, dir: &Path) {
         None,
     );
     let pv = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  hostPath: {{path: {}, type: Directory}}\n",
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\nspec:\n  capacity: {{storage: {capacity}}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  hostPath: {{path: {}, type: Directory}}\n",
         dir.display()
     );
     let r = k.apply(&pv);
@@ -537,6 +547,19 @@ pub fn static_volume(k: &Kubectl, name: &str, dir: &Path) {
 }
 
 /// A namespace made for one scenario, labelled as given; deleted on drop.
+/// The node's InternalIP, where pods reach the host.
+pub fn node_ip(k: &Kubectl) -> String {
+    let nodes = k.get(&["nodes"]).expect("kubectl get nodes");
+    nodes["items"][0]["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str())
+        .unwrap_or_else(|| panic!("the node has no InternalIP: {nodes}"))
+        .to_owned()
+}
+
 #[derive(Debug)]
 pub struct Namespace {
     k: Kubectl,

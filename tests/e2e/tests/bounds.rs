@@ -520,11 +520,46 @@ fn disk_past_its_bound_is_evicted(k: &Kubectl, ns: &str) {
         summary(&samples)
     );
     let _ = fill.join();
-    let o = wait_for("keeper's LimitReached condition", T, || {
-        let o = k.get(&["agentsession", "keeper", "-n", ns])?;
-        let (status, reason, _) = condition(&o, "LimitReached")?;
-        (status == "True" && reason == "Evicted").then_some(o)
-    });
+    let start = Instant::now();
+    let o = loop {
+        let seen = k.get(&["agentsession", "keeper", "-n", ns]).filter(|o| {
+            condition(o, "LimitReached")
+                .is_some_and(|(status, reason, _)| status == "True" && reason == "Evicted")
+        });
+        if let Some(o) = seen {
+            break o;
+        }
+        if start.elapsed() > T {
+            // What the kubelet and the operator left, to tell an eviction
+            // that never came from a status that lost it.
+            for args in [
+                vec!["get", "pods", "-n", ns, "-o", "wide"],
+                vec![
+                    "get",
+                    "pods",
+                    "-n",
+                    ns,
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.phase} {.status.reason} {.status.message}{\"\\n\"}{end}",
+                ],
+                vec![
+                    "get",
+                    "agentsession",
+                    "keeper",
+                    "-n",
+                    ns,
+                    "-o",
+                    "jsonpath={.metadata.resourceVersion} {.status.conditions}",
+                ],
+                vec!["get", "events", "-n", ns, "--sort-by=.lastTimestamp"],
+            ] {
+                let r = k.run(&args, None);
+                println!("kubectl {}:\n{}{}", args.join(" "), r.stdout, r.stderr);
+            }
+            panic!("timed out after {T:?} waiting for keeper's LimitReached condition");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let (_, _, message) = condition(&o, "LimitReached").expect("condition");
     assert!(
         message.contains("tmp") && message.contains("64Mi"),

@@ -24,8 +24,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use e2e::{
-    Certs, Kubectl, Namespace, Operator, fail_with_log, free_port, install_crd, plugin_bin,
-    runner_image, sandbox_image, wait_for,
+    Certs, Kubectl, Namespace, Operator, fail_with_log, free_port, install_crd, node_ip,
+    plugin_bin, runner_image, sandbox_image, wait_for,
 };
 use serde_json::Value;
 
@@ -42,19 +42,6 @@ fn cluster_cidrs() -> [String; 2] {
         env("AGENTPLANE_POD_CIDR", "10.88.0.0/16"),
         env("AGENTPLANE_SERVICE_CIDR", "10.96.0.0/16"),
     ]
-}
-
-/// The node's InternalIP, where pods reach the host.
-fn node_ip(k: &Kubectl) -> String {
-    let nodes = k.get(&["nodes"]).expect("kubectl get nodes");
-    nodes["items"][0]["status"]["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|a| a["type"] == "InternalIP")
-        .and_then(|a| a["address"].as_str())
-        .unwrap_or_else(|| panic!("the node has no InternalIP: {nodes}"))
-        .to_owned()
 }
 
 /// A TCP listener on the node IP that greets every connection with a

@@ -155,6 +155,7 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
         obj["status"]["toolsets"][0]["configs"].is_array(),
         "the echo is written anyway"
     );
+    stale_status_is_refused(k, &legacy.name);
 
     // Every class of invalid toolset is now denied at apply, naming its path.
     let ns = Namespace::create(
@@ -437,4 +438,40 @@ fn scenarios(k: &Kubectl, log: &std::path::Path) {
     });
     assert!(events.contains("\"Warning\""), "{events}");
     drop(op);
+}
+
+/// The operator's status apply carries the resourceVersion its plan was
+/// made from, so a reconcile working from a lagging watch cache cannot
+/// overwrite a newer status. That rests on the API server refusing a
+/// forced server-side apply whose resourceVersion is stale: shown here, as
+/// the operator's field manager, with the status left as it was.
+fn stale_status_is_refused(k: &Kubectl, ns: &str) {
+    let before = k
+        .get(&["agentsession", "stored-early", "-n", ns])
+        .expect("the session");
+    let stale = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: stored-early\n  namespace: {ns}\n  resourceVersion: \"1\"\nstatus:\n  phase: Running\n"
+    );
+    let r = k.run(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=agentplane-operator",
+            "--subresource=status",
+            "-f",
+            "-",
+        ],
+        Some(&stale),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("has been modified"),
+        "a stale status apply must be refused: ok={} {}",
+        r.ok,
+        r.stderr
+    );
+    let after = k
+        .get(&["agentsession", "stored-early", "-n", ns])
+        .expect("the session");
+    assert_eq!(after["status"]["phase"], before["status"]["phase"]);
 }

@@ -273,11 +273,12 @@ pub fn long_functions(krate: &Crate, max: usize) -> Vec<String> {
 
 /// The operator's wings and doors (docs/architecture.md draws them):
 /// `pool` may use `session`'s builders, `session` may list MCP servers
-/// through `mcp`; `admission` and `mcp` stand on the base alone, and the
+/// through `mcp` and mount a fork's checkpoint through `checkpoint`;
+/// `admission`, `mcp` and `checkpoint` stand on the base alone, and the
 /// base imports no wing. `cli` wires them together.
 pub const OPERATOR_DOORS: Doors<'static> = Doors {
-    wings: &["session", "pool", "admission", "mcp"],
-    allowed: &[("session", &["mcp"]), ("pool", &["session"])],
+    wings: &["session", "pool", "admission", "mcp", "checkpoint"],
+    allowed: &[("session", &["mcp", "checkpoint"]), ("pool", &["session"])],
     wiring: &["cli"],
 };
 

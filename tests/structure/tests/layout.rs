@@ -25,7 +25,7 @@ fn assert_none(what: &str, found: Vec<String>) {
 
 #[test]
 fn no_import_circles() {
-    for krate in ["operator", "sidecar", "kubectl-agent"] {
+    for krate in ["operator", "sidecar", "kubectl-agent", "dispatcher"] {
         let c = read(krate);
         assert!(
             c.files.len() > 3,

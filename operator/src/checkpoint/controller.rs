@@ -1,0 +1,351 @@
+//! The AgentCheckpoint reconciler: reads the source session, its pod, the
+//! checkpoint's claim and sink pod; carries out the step
+//! [`plan::decide`] chose; writes the status.
+//!
+//! Objects are made with a plain create (never an apply that could adopt
+//! an object under a taken name) and owned by the checkpoint as controller,
+//! so deleting the checkpoint deletes its data. The sink pod is deleted
+//! with its UID as the precondition, and only when the checkpoint controls
+//! it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crds::{AgentCheckpoint, AgentCheckpointStatus, AgentSession, CheckpointPhase};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PostParams};
+use kube::runtime::Controller;
+use kube::runtime::controller::{self, Action};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use runner_api::proto::ExportRequest;
+
+use crate::checkpoint::build::{self, CHECKPOINT_LABEL};
+use crate::checkpoint::plan::{self, Observed, Settings, Sizes, Step};
+use crate::checkpoint::relay;
+use crate::context::{Context, Note, apply_params, delete_exactly, key};
+use crate::error::{Error, Result};
+use crate::names::controlled_by;
+
+/// Checkpoints taken at once: each holds two streams and a few MiB.
+const MAX_CONCURRENT: u16 = 2;
+
+/// What a checkpoint reconcile needs besides the shared [`Context`].
+#[derive(Debug)]
+pub struct CheckpointContext {
+    pub base: Arc<Context>,
+    pub settings: Settings,
+}
+
+/// Reconciles one checkpoint; a reconcile that went through forgets the
+/// checkpoint's earlier API failures.
+pub async fn reconcile(ckpt: Arc<AgentCheckpoint>, cx: Arc<CheckpointContext>) -> Result<Action> {
+    let done = reconcile_once(&ckpt, &cx).await;
+    if done.is_ok() {
+        cx.base.backoff.succeeded(&backoff_key(&ckpt));
+    }
+    done
+}
+
+fn backoff_key(ckpt: &AgentCheckpoint) -> String {
+    format!("checkpoint/{}", key(ckpt))
+}
+
+async fn reconcile_once(ckpt: &Arc<AgentCheckpoint>, cx: &CheckpointContext) -> Result<Action> {
+    if ckpt.metadata.deletion_timestamp.is_some() {
+        // The claim and the sink pod go with it (owner references).
+        return Ok(Action::await_change());
+    }
+    let ctx = &cx.base;
+    let ns = ckpt
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = ckpt.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), &ns);
+    let sink = pods.get_opt(&plan::sink_name(&name)).await?;
+    let settled = matches!(
+        ckpt.status.as_ref().and_then(|s| s.phase),
+        Some(CheckpointPhase::Ready | CheckpointPhase::Failed)
+    );
+    if settled {
+        remove_sink(ckpt, &pods, sink.as_ref()).await?;
+        return Ok(Action::await_change());
+    }
+    let claim = claims.get_metadata_opt(&plan::claim_name(&name)).await?;
+    let session = sessions.get_opt(&ckpt.spec.source.session).await?;
+    let session_pod = match session
+        .as_ref()
+        .and_then(|s| s.status.as_ref())
+        .and_then(|s| s.pod_name.as_deref())
+    {
+        Some(pod) => pods.get_opt(pod).await?,
+        None => None,
+    };
+    let observed = Observed {
+        session: session.as_ref(),
+        session_pod: session_pod.as_ref(),
+        claim: claim.as_ref().map(|c| &c.metadata),
+        sink: sink.as_ref(),
+        tls: ctx.pods.gateway && ctx.runner_tls.get().is_some(),
+    };
+    let step = plan::decide(ckpt, &observed, &cx.settings);
+    carry_out(cx, &ns, ckpt, step, sink.as_ref()).await
+}
+
+/// Carries out one step and writes the status it leads to.
+async fn carry_out(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    step: Step,
+    sink: Option<&Pod>,
+) -> Result<Action> {
+    let ctx = &cx.base;
+    let now = Timestamp::now();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    match step {
+        Step::Settled => Ok(Action::await_change()),
+        Step::Fail { reason, message } => {
+            let status = plan::failed_status(ckpt, &reason, &message, now);
+            ctx.publish(ckpt, &Note::warning(&reason, message)).await;
+            write_status(ctx, ns, ckpt, &status).await?;
+            remove_sink(ckpt, &pods, sink).await?;
+            Ok(Action::await_change())
+        }
+        Step::Wait {
+            reason,
+            message,
+            requeue,
+        } => {
+            let status =
+                plan::waiting_status(ckpt, CheckpointPhase::Pending, &reason, &message, now);
+            write_if_changed(ctx, ns, ckpt, &status).await?;
+            Ok(Action::requeue(requeue))
+        }
+        Step::Create { claim, sink } => {
+            create(cx, ns, ckpt, claim, sink).await?;
+            let status = plan::waiting_status(
+                ckpt,
+                CheckpointPhase::Pending,
+                "SinkStarting",
+                "made the checkpoint's volume and sink pod; waiting for the sink",
+                now,
+            );
+            write_if_changed(ctx, ns, ckpt, &status).await?;
+            Ok(Action::requeue(plan::WAIT_SINK))
+        }
+        Step::ReplaceSink { name, uid, why } => {
+            delete_exactly(&pods, &name, uid, None).await?;
+            failed_attempt(ctx, ns, ckpt, &why).await
+        }
+        Step::Take {
+            source,
+            sink: at,
+            sizes,
+        } => take(cx, ns, ckpt, source, at, sizes, sink).await,
+    }
+}
+
+/// Makes the claim and the sink pod that are missing. A name taken since
+/// it was looked at (409) is left for the next reconcile to judge.
+async fn create(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    claim: bool,
+    sink: bool,
+) -> Result<()> {
+    let ctx = &cx.base;
+    let sizes = plan::sizes(ckpt, &cx.settings).map_err(Error::Checkpoint)?;
+    if claim {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        let pvc = build::claim(ckpt, &sizes, &cx.settings);
+        ignore_conflict(claims.create(&PostParams::default(), &pvc).await)?;
+    }
+    if sink {
+        ctx.ensure_runner_tls(ns).await?;
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let pod = build::sink_pod(
+            ckpt,
+            &sizes,
+            &cx.settings,
+            &ctx.pods.runner_image,
+            &ctx.pods.image_pull_policy,
+        );
+        ignore_conflict(pods.create(&PostParams::default(), &pod).await)?;
+    }
+    Ok(())
+}
+
+fn ignore_conflict<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Streams the export into the sink; Ready with what was taken, or a
+/// failed attempt.
+async fn take(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    source: std::net::SocketAddr,
+    at: std::net::SocketAddr,
+    sizes: Sizes,
+    sink: Option<&Pod>,
+) -> Result<Action> {
+    let ctx = &cx.base;
+    let Some(runner_tls) = ctx.runner_tls.get() else {
+        return Ok(Action::requeue(plan::WAIT_PLATFORM));
+    };
+    let (pair, ca) = runner_tls.client_identity()?;
+    let tls = relay::tls_config(&pair.cert_pem, &pair.key_pem, &ca);
+    let taking = plan::waiting_status(
+        ckpt,
+        CheckpointPhase::Taking,
+        "Taking",
+        "the session's runner is archiving its workspace (calls that change it wait)",
+        Timestamp::now(),
+    );
+    write_if_changed(ctx, ns, ckpt, &taking).await?;
+    let export = ExportRequest {
+        path: ckpt.spec.source.path.clone(),
+        max_bytes: sizes.content_bytes,
+        max_entries: 0,
+        shell_state: ckpt.spec.shell_state,
+    };
+    match relay::take(&tls, source, at, export).await {
+        Ok(taken) => {
+            let status = plan::ready_status(ckpt, taken, Timestamp::now());
+            write_status(ctx, ns, ckpt, &status).await?;
+            let message = format!(
+                "took {} entries, {} bytes of file content",
+                taken.entries, taken.file_bytes
+            );
+            ctx.publish(ckpt, &Note::normal("Taken", message)).await;
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            remove_sink(ckpt, &pods, sink).await?;
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            tracing::warn!(checkpoint = %key(ckpt), error = %e, "checkpoint not taken");
+            failed_attempt(ctx, ns, ckpt, &e).await
+        }
+    }
+}
+
+/// Counts a failed attempt: retried after a back-off, or Failed.
+async fn failed_attempt(
+    ctx: &Context,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    error: &str,
+) -> Result<Action> {
+    let (status, retry) = plan::after_failure(ckpt, error, Timestamp::now());
+    let reason = if retry.is_some() {
+        "Retrying"
+    } else {
+        "TakeFailed"
+    };
+    let message = status
+        .conditions
+        .first()
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    ctx.publish(ckpt, &Note::warning(reason, message)).await;
+    write_status(ctx, ns, ckpt, &status).await?;
+    Ok(retry.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Deletes the sink pod if the checkpoint controls it.
+async fn remove_sink(ckpt: &AgentCheckpoint, pods: &Api<Pod>, sink: Option<&Pod>) -> Result<()> {
+    if let Some(pod) = sink.filter(|p| controlled_by(&p.metadata, ckpt.metadata.uid.as_deref()))
+        && pod.metadata.deletion_timestamp.is_none()
+    {
+        delete_exactly(pods, &pod.name_any(), pod.metadata.uid.clone(), None).await?;
+    }
+    Ok(())
+}
+
+/// Writes `status` unless the checkpoint shows it already (but for the
+/// conditions' times).
+async fn write_if_changed(
+    ctx: &Context,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    status: &AgentCheckpointStatus,
+) -> Result<()> {
+    let same = ckpt.status.as_ref().is_some_and(|old| {
+        old.phase == status.phase
+            && old.attempts == status.attempts
+            && old.conditions.len() == status.conditions.len()
+            && old.conditions.iter().zip(&status.conditions).all(|(a, b)| {
+                a.status == b.status && a.reason == b.reason && a.message == b.message
+            })
+    });
+    if same {
+        return Ok(());
+    }
+    write_status(ctx, ns, ckpt, status).await
+}
+
+async fn write_status(
+    ctx: &Context,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    status: &AgentCheckpointStatus,
+) -> Result<()> {
+    let body = serde_json::json!({
+        "apiVersion": format!("{}/{}", crds::GROUP, crds::VERSION),
+        "kind": "AgentCheckpoint",
+        "status": status,
+    });
+    let api: Api<AgentCheckpoint> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch_status(&ckpt.name_any(), &apply_params(), &Patch::Apply(&body))
+        .await?;
+    Ok(())
+}
+
+/// A failed reconcile (the API server's errors) is retried with the
+/// shared back-off; failed takes are counted in the status instead.
+pub fn error_policy(
+    ckpt: Arc<AgentCheckpoint>,
+    error: &Error,
+    cx: Arc<CheckpointContext>,
+) -> Action {
+    let wait = cx
+        .base
+        .backoff
+        .failed(&format!("checkpoint/{}", key(ckpt.as_ref())));
+    tracing::warn!(checkpoint = %key(ckpt.as_ref()), %error, "checkpoint reconcile failed");
+    Action::requeue(wait.min(Duration::from_secs(60)))
+}
+
+/// Runs the checkpoint controller until `shutdown` resolves. Checkpoints
+/// are woken by their own changes and their sink pods'; a checkpoint
+/// waiting on its session looks again on a short requeue.
+pub async fn run(
+    cx: Arc<CheckpointContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let checkpoints: Api<AgentCheckpoint> = Api::all(cx.base.client.clone());
+    let pods: Api<Pod> = Api::all(cx.base.client.clone());
+    Controller::new(checkpoints, watcher::Config::default())
+        .owns(pods, watcher::Config::default().labels(CHECKPOINT_LABEL))
+        .with_config(controller::Config::default().concurrency(MAX_CONCURRENT))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, cx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(checkpoint = %obj.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "checkpoint reconcile loop error"),
+            }
+        })
+        .await;
+}
