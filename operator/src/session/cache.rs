@@ -16,7 +16,8 @@
 //! Before every cache has listed once, reconciles read the API server as
 //! they did before.
 
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use crds::AgentSession;
 use futures::FutureExt;
@@ -25,6 +26,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::names::{self, Names, owned_by};
@@ -36,6 +38,7 @@ pub struct Caches {
     configmaps: Store<PartialObjectMeta<ConfigMap>>,
     claims: Store<PartialObjectMeta<PersistentVolumeClaim>>,
     network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+    by_session: Arc<Mutex<SessionIndex>>,
     writers: std::sync::Arc<Mutex<Option<Writers>>>,
 }
 
@@ -64,6 +67,7 @@ impl Default for Caches {
             configmaps,
             claims,
             network_policies,
+            by_session: Arc::default(),
             writers: std::sync::Arc::new(Mutex::new(Some(Writers {
                 pods: pods_w,
                 configmaps: configmaps_w,
@@ -119,15 +123,35 @@ impl Caches {
             .map(|p| p.as_ref().clone())
     }
 
-    /// The cached pod the session's status names (a claimed warm pod has
-    /// the pool's name), when the session controls it. A lookup by name,
-    /// not a scan: at ten thousand pods a scan per reconcile would be the
-    /// cost this cache removes.
-    pub fn recorded_pod(&self, ns: &str, session: &AgentSession) -> Option<Pod> {
-        let name = session.status.as_ref()?.pod_name.as_deref()?;
-        self.pod(ns, name)
+    /// Every cached pod labelled for `session` that it controls: a claimed
+    /// warm pod has the pool's name, and two operators racing may each
+    /// have claimed or started one, so the status's pod name alone would
+    /// hide the surplus. Found through [`SessionIndex`], not a scan: at ten
+    /// thousand pods a scan per reconcile would be the cost this cache
+    /// removes.
+    pub fn session_pods(&self, ns: &str, session: &AgentSession) -> Vec<Pod> {
+        let label = Names::of(session).label;
+        let names = self
+            .by_session
+            .lock()
+            .map(|index| index.names(ns, &label))
+            .unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|name| self.pod(ns, name))
             .filter(|p| owned_by(&p.metadata, session))
-            .filter(|p| p.labels().get(names::SESSION_LABEL) == Some(&Names::of(session).label))
+            .filter(|p| p.labels().get(names::SESSION_LABEL) == Some(&label))
+            .collect()
+    }
+
+    /// Feeds the session index from the pod watch; called with each event
+    /// after the store has applied it, so a name in the index is in the
+    /// store too, except for a moment after a deletion (and a lookup skips
+    /// a name the store no longer holds).
+    pub fn index_pod_event(&self, event: &watcher::Event<Pod>) {
+        if let Ok(mut index) = self.by_session.lock() {
+            index.apply(event);
+        }
     }
 
     pub fn configmap(&self, ns: &str, name: &str) -> Option<ObjectMeta> {
@@ -143,6 +167,80 @@ impl Caches {
     }
 }
 
+/// Which pods carry each session's label, by namespace: the one question
+/// a reconcile asks of the pod cache that a name lookup cannot answer.
+/// Kept from the same watch events as the store, with the store's relist
+/// semantics (a relist replaces the whole index when it is done).
+#[derive(Debug, Default)]
+pub struct SessionIndex {
+    /// (namespace, session label) -> pod names.
+    sessions: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, pod name) -> its session label, to move or drop it.
+    pods: HashMap<(String, String), String>,
+    /// The relist under way, swapped in on `InitDone`.
+    relist: Option<Box<SessionIndex>>,
+}
+
+impl SessionIndex {
+    pub fn apply(&mut self, event: &watcher::Event<Pod>) {
+        match event {
+            watcher::Event::Apply(pod) => self.upsert(pod),
+            watcher::Event::Delete(pod) => self.remove(pod),
+            watcher::Event::Init => self.relist = Some(Box::default()),
+            watcher::Event::InitApply(pod) => {
+                if let Some(next) = self.relist.as_mut() {
+                    next.upsert(pod);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(next) = self.relist.take() {
+                    self.sessions = next.sessions;
+                    self.pods = next.pods;
+                }
+            }
+        }
+    }
+
+    /// The pod names under `label` in `ns`.
+    pub fn names(&self, ns: &str, label: &str) -> Vec<String> {
+        self.sessions
+            .get(&(ns.to_owned(), label.to_owned()))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn key(pod: &Pod) -> Option<(String, String)> {
+        Some((pod.metadata.namespace.clone()?, pod.metadata.name.clone()?))
+    }
+
+    fn upsert(&mut self, pod: &Pod) {
+        self.remove(pod);
+        let (Some(key), Some(label)) = (Self::key(pod), pod.labels().get(names::SESSION_LABEL))
+        else {
+            return;
+        };
+        self.sessions
+            .entry((key.0.clone(), label.clone()))
+            .or_default()
+            .insert(key.1.clone());
+        self.pods.insert(key, label.clone());
+    }
+
+    fn remove(&mut self, pod: &Pod) {
+        let Some(key) = Self::key(pod) else { return };
+        let Some(label) = self.pods.remove(&key) else {
+            return;
+        };
+        let session = (key.0, label);
+        if let Some(names) = self.sessions.get_mut(&session) {
+            names.remove(&key.1);
+            if names.is_empty() {
+                self.sessions.remove(&session);
+            }
+        }
+    }
+}
+
 fn meta<K>(store: &Store<PartialObjectMeta<K>>, ns: &str, name: &str) -> Option<ObjectMeta>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -150,4 +248,60 @@ where
     store
         .get(&ObjectRef::new(name).within(ns))
         .map(|m| m.metadata.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(ns: &str, name: &str, session: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                labels: session.map(|s| [(names::SESSION_LABEL.to_owned(), s.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn two_pods_of_one_session_are_both_found() {
+        let mut index = SessionIndex::default();
+        index.apply(&watcher::Event::Apply(pod("ns", "race-1-sandbox", Some("race-1"))));
+        index.apply(&watcher::Event::Apply(pod("ns", "py-abc", Some("race-1"))));
+        index.apply(&watcher::Event::Apply(pod("other", "py-abc", Some("race-1"))));
+        assert_eq!(index.names("ns", "race-1"), ["py-abc", "race-1-sandbox"]);
+        assert_eq!(index.names("other", "race-1"), ["py-abc"]);
+        assert!(index.names("ns", "race-2").is_empty());
+    }
+
+    #[test]
+    fn a_relabelled_or_deleted_pod_leaves_its_session() {
+        let mut index = SessionIndex::default();
+        index.apply(&watcher::Event::Apply(pod("ns", "p", Some("a"))));
+        index.apply(&watcher::Event::Apply(pod("ns", "p", Some("b"))));
+        assert!(index.names("ns", "a").is_empty());
+        assert_eq!(index.names("ns", "b"), ["p"]);
+        index.apply(&watcher::Event::Apply(pod("ns", "p", None)));
+        assert!(index.names("ns", "b").is_empty());
+        index.apply(&watcher::Event::Apply(pod("ns", "q", Some("b"))));
+        index.apply(&watcher::Event::Delete(pod("ns", "q", Some("b"))));
+        assert!(index.names("ns", "b").is_empty());
+        assert!(index.pods.is_empty() && index.sessions.is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_when_done() {
+        let mut index = SessionIndex::default();
+        index.apply(&watcher::Event::Apply(pod("ns", "gone", Some("a"))));
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(pod("ns", "kept", Some("a"))));
+        // Until the relist is done the index answers as before it.
+        assert_eq!(index.names("ns", "a"), ["gone"]);
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(index.names("ns", "a"), ["kept"]);
+    }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crds::{AgentCheckpoint, AgentSession, AgentSessionSpec};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -680,6 +680,10 @@ pub async fn run(
                     .default_backoff()
                     .modify(cache::slim)
                     .reflect(w.pods)
+                    .inspect_ok({
+                        let caches = ctx.caches.clone();
+                        move |event| caches.index_pod_event(event)
+                    })
                     .touched_objects(),
             )
             .owns_stream(

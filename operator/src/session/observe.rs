@@ -117,25 +117,29 @@ async fn session_pod(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let warm_pool = session.spec.warm_pool.is_some();
     let cached_pod = caches.and_then(|c| c.pod(ns, &names.pod));
-    // A warm session's claimed pod has the pool's name: the status names
-    // it, so the cache finds it without a scan.
-    let recorded = caches
+    // A warm session's pods (a claimed one has the pool's name; two
+    // operators racing may leave it two) come from the cache's session
+    // index; none there may be a watch that has not caught up, so the API
+    // server is asked.
+    let cached: Vec<Pod> = caches
         .filter(|_| warm_pool)
-        .and_then(|c| c.recorded_pod(ns, session));
+        .map(|c| c.session_pods(ns, session))
+        .unwrap_or_default();
     let listed = async {
-        match &recorded {
+        match &cached {
             _ if !warm_pool => Ok(Vec::new()),
-            Some(pod) => Ok(vec![pod.clone()]),
-            None => session_pods(&pods, session).await,
+            found if !found.is_empty() => Ok(found.clone()),
+            _ => session_pods(&pods, session).await,
         }
     };
     let by_name = async {
-        match (&cached_pod, &recorded) {
-            (Some(pod), _) => Ok(Some(pod.clone())),
-            // Running on its claimed pod: a pod under the session's own
-            // name matters only to a cold start, which looks it up again.
-            (None, Some(_)) => Ok(None),
-            (None, None) => Ok::<_, Error>(pods.get_opt(&names.pod).await?),
+        match &cached_pod {
+            Some(pod) => Ok(Some(pod.clone())),
+            // The index holds every labelled pod, the session's own name
+            // among them: not there is not there (for as long as the watch
+            // takes to catch up, which wakes the session again).
+            None if !cached.is_empty() => Ok(None),
+            None => Ok::<_, Error>(pods.get_opt(&names.pod).await?),
         }
     };
     let (by_name, listed) = futures::try_join!(by_name, listed)?;
