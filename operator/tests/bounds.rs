@@ -429,3 +429,36 @@ fn an_evicted_sandbox_is_replaced_and_its_status_keeps_why() {
         next.events
     );
 }
+
+#[test]
+fn an_evicted_pod_is_deleted_only_after_the_status_that_says_why() {
+    let s = session(json!({}));
+    let evicted = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"}),
+    );
+    let observed = Observed {
+        pod: Some(evicted),
+        ..Observed::default()
+    };
+    let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
+    let p = plan::plan(&s, &observed, &res, &bounded(), now());
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    assert!(p.deletion_waits_for_status(&observed));
+
+    // A pod replaced because the session changed carries no evidence: it
+    // goes at once.
+    let mut changed = s.clone();
+    changed.spec.workdir = "/elsewhere".into();
+    let outdated = Observed {
+        pod: Some(with_status(
+            build_pod(&s, &bounded()),
+            json!({"phase": "Running"}),
+        )),
+        ..Observed::default()
+    };
+    let res = resolve(&changed.spec, &entries(&changed.spec), &Listings::new());
+    let p = plan::plan(&changed, &outdated, &res, &bounded(), now());
+    assert!(matches!(p.pod, PodAction::Delete { .. }), "{:?}", p.pod);
+    assert!(!p.deletion_waits_for_status(&outdated));
+}

@@ -270,9 +270,17 @@ mod tests {
     #[test]
     fn two_pods_of_one_session_are_both_found() {
         let mut index = SessionIndex::default();
-        index.apply(&watcher::Event::Apply(pod("ns", "race-1-sandbox", Some("race-1"))));
+        index.apply(&watcher::Event::Apply(pod(
+            "ns",
+            "race-1-sandbox",
+            Some("race-1"),
+        )));
         index.apply(&watcher::Event::Apply(pod("ns", "py-abc", Some("race-1"))));
-        index.apply(&watcher::Event::Apply(pod("other", "py-abc", Some("race-1"))));
+        index.apply(&watcher::Event::Apply(pod(
+            "other",
+            "py-abc",
+            Some("race-1"),
+        )));
         assert_eq!(index.names("ns", "race-1"), ["py-abc", "race-1-sandbox"]);
         assert_eq!(index.names("other", "race-1"), ["py-abc"]);
         assert!(index.names("ns", "race-2").is_empty());

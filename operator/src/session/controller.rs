@@ -216,6 +216,9 @@ async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result
         applied?;
         return Ok(Action::requeue(plan.requeue));
     }
+    if applied.is_ok() {
+        delete_after_status(ctx, &ns, &plan, &observed).await?;
+    }
     // Events after the status: a client waiting for Ready does not wait
     // for them, and a status that failed to land is reconciled again, its
     // events with it.
@@ -530,9 +533,28 @@ async fn carry_out(ctx: &SessionContext, ns: &str, plan: &Plan, observed: &Obser
         }
         // Done beside the status write (see `reconcile_inner`).
         PodAction::Touch { .. } => {}
+        // After the status that records why (see `reconcile_inner`).
+        PodAction::Delete { .. } if plan.deletion_waits_for_status(observed) => {}
         PodAction::Delete { name, uid } => {
             delete_exactly(&pods, name, uid.clone(), None).await?;
         }
+    }
+    Ok(())
+}
+
+/// Deletes the plan's pod when its deletion waited for the status (see
+/// [`Plan::deletion_waits_for_status`]).
+async fn delete_after_status(
+    ctx: &Context,
+    ns: &str,
+    plan: &Plan,
+    observed: &Observed,
+) -> Result<()> {
+    if let PodAction::Delete { name, uid } = &plan.pod
+        && plan.deletion_waits_for_status(observed)
+    {
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        delete_exactly(&pods, name, uid.clone(), None).await?;
     }
     Ok(())
 }

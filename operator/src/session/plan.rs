@@ -657,6 +657,23 @@ fn delete(p: &Pod) -> PodAction {
 }
 
 impl Plan {
+    /// Whether the pod this plan deletes is the only evidence of a bound
+    /// the sandbox hit (an evicted pod's `LimitReached`): then it is
+    /// deleted only after the status recording that has landed. A plan
+    /// made from a stale copy of the session has its status refused
+    /// ([`Plan::status_apply`]); had it deleted the pod first, the next
+    /// plan would see neither the pod nor a status that remembers why.
+    pub fn deletion_waits_for_status(&self, observed: &Observed) -> bool {
+        let PodAction::Delete { uid, .. } = &self.pod else {
+            return false;
+        };
+        observed
+            .pod
+            .as_ref()
+            .filter(|p| p.metadata.uid == *uid)
+            .is_some_and(|p| status::limit_reached(p).is_some())
+    }
+
     /// Rewrites the plan for an apply that failed: the status says so in
     /// its Ready condition (so the session does not sit in Pending with no
     /// explanation), a Warning event is due, and the pod's own events are
