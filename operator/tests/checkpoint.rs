@@ -380,6 +380,96 @@ fn the_claim_and_the_sink_pod_are_the_checkpoints_and_hardened() {
 }
 
 #[test]
+fn the_sink_is_fenced_no_egress_and_only_the_operator_in() {
+    use operator::sandbox::{EgressPolicy, GatewaySource};
+    let c = plain();
+    let s = Settings::default();
+    let sz = sizes(&c, &s).expect("sizes");
+    let pod = build::sink_pod(&c, &sz, &s, "runner:dev", "IfNotPresent");
+    let operator_pods = GatewaySource {
+        namespace: "agentplane-system".into(),
+        pod_labels: [(
+            "app.kubernetes.io/name".to_owned(),
+            "agentplane-operator".to_owned(),
+        )]
+        .into(),
+    };
+    let policy = EgressPolicy {
+        enabled: true,
+        allowed: vec!["0.0.0.0/0".parse().expect("cidr")],
+        operator: Some(operator_pods),
+        ..EgressPolicy::default()
+    };
+    let np = build::sink_policy(&c, &policy).expect("a policy");
+    assert_eq!(np.name_any(), "snap-ckpt-sink-egress");
+    assert_eq!(
+        np.metadata.owner_references.as_ref().expect("owner")[0].uid,
+        "ckpt-uid"
+    );
+    let spec = np.spec.expect("spec");
+    // It selects the sink pod, and only pods with all of the sink's labels.
+    let selector = spec
+        .pod_selector
+        .and_then(|s| s.match_labels)
+        .expect("labels");
+    let labels = pod.metadata.labels.clone().expect("pod labels");
+    assert!(
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        "{selector:?}"
+    );
+    assert_eq!(
+        selector["app.kubernetes.io/name"],
+        "agentplane-checkpoint-sink"
+    );
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned(), "Egress".to_owned()][..])
+    );
+    // No egress at all, whatever sandboxes may reach.
+    assert_eq!(spec.egress, Some(Vec::new()));
+    let ingress = spec.ingress.expect("ingress");
+    assert_eq!(ingress.len(), 1);
+    let from = ingress[0].from.as_ref().expect("from");
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0]
+            .pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref())
+            .expect("pods")["app.kubernetes.io/name"],
+        "agentplane-operator"
+    );
+    let ports = ingress[0].ports.as_ref().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(
+        ports[0].port,
+        Some(
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i32::from(
+                runner_api::RUNNER_TLS_PORT
+            ))
+        )
+    );
+
+    // An operator outside the cluster has no pods to admit: egress is
+    // still fenced, ingress is left to the mutual TLS.
+    let outside = EgressPolicy {
+        enabled: true,
+        ..EgressPolicy::default()
+    };
+    let spec = build::sink_policy(&c, &outside)
+        .and_then(|n| n.spec)
+        .expect("spec");
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Egress".to_owned()][..])
+    );
+    assert_eq!(spec.egress, Some(Vec::new()));
+    assert!(spec.ingress.is_none());
+    // Policies off: none.
+    assert!(build::sink_policy(&c, &EgressPolicy::default()).is_none());
+}
+
+#[test]
 fn a_fork_waits_for_its_checkpoint_then_mounts_it_read_only_and_restores() {
     // The condition from the checkpoint's state.
     let own = owned_meta("snap-ckpt", "ckpt-uid");

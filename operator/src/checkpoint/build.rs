@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, TCPSocketAction,
     Volume, VolumeMount, VolumeResourceRequirements,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -119,6 +120,26 @@ pub fn sink_pod(
         }),
         ..Pod::default()
     }
+}
+
+/// The name of a checkpoint sink's NetworkPolicy.
+pub fn sink_policy_name(checkpoint: &str) -> String {
+    crate::names::object_name(checkpoint, "ckpt-sink-egress")
+}
+
+/// The sink pod's NetworkPolicy (see
+/// [`sink_network_policy`](crate::session::egress::sink_network_policy)),
+/// owned by the checkpoint; `None` when the platform turned policies off.
+pub fn sink_policy(
+    checkpoint: &AgentCheckpoint,
+    policy: &crate::sandbox::EgressPolicy,
+) -> Option<NetworkPolicy> {
+    let selector = labels(checkpoint, "sink");
+    crate::session::egress::sink_network_policy(
+        owned(checkpoint, sink_policy_name(&checkpoint.name_any()), "sink"),
+        selector,
+        policy,
+    )
 }
 
 /// The sink's container: `checkpoint-sink` from the runner image.

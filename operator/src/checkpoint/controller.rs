@@ -14,6 +14,7 @@ use std::time::Duration;
 use crds::{AgentCheckpoint, AgentCheckpointStatus, AgentSession, CheckpointPhase};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PostParams};
 use kube::runtime::Controller;
@@ -167,6 +168,7 @@ async fn create(
         ignore_conflict(claims.create(&PostParams::default(), &pvc).await)?;
     }
     if sink {
+        fence_sink(ctx, ns, ckpt).await?;
         ctx.ensure_runner_tls(ns).await?;
         let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
         let pod = build::sink_pod(
@@ -179,6 +181,34 @@ async fn create(
         ignore_conflict(pods.create(&PostParams::default(), &pod).await)?;
     }
     Ok(())
+}
+
+/// Makes the sink's NetworkPolicy before the sink exists, so the sink
+/// never runs a moment unfenced. A policy under that name that the
+/// checkpoint does not control is not ours to trust: no sink is made.
+async fn fence_sink(ctx: &Context, ns: &str, ckpt: &AgentCheckpoint) -> Result<()> {
+    let Some(np) = build::sink_policy(ckpt, &ctx.pods.egress) else {
+        return Ok(());
+    };
+    let nps: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    match nps.create(&PostParams::default(), &np).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let name = np.name_any();
+            let theirs = nps
+                .get_metadata_opt(&name)
+                .await?
+                .is_some_and(|m| !controlled_by(&m.metadata, ckpt.metadata.uid.as_deref()));
+            if theirs {
+                return Err(Error::Checkpoint(format!(
+                    "NetworkPolicy {ns}/{name} exists and is not this checkpoint's; \
+                     the sink is not started without its own policy (delete or rename that object)"
+                )));
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn ignore_conflict<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {

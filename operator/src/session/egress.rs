@@ -60,6 +60,53 @@ pub fn pool_network_policy(pool: &AgentWarmPool, policy: &EgressPolicy) -> Optio
     build(meta, selector, policy)
 }
 
+/// A checkpoint sink's NetworkPolicy over the pods `selector` picks: no
+/// egress at all (the sink stores what it is sent and calls nothing, and
+/// the archive it parses came from a sandbox), and ingress only from the
+/// operator's pods, to the mutual-TLS port its `Import` listens on. With
+/// no operator pods to name (an operator run outside the cluster) the
+/// ingress side is left to the TLS alone: the egress fence stands either
+/// way.
+pub fn sink_network_policy(
+    metadata: ObjectMeta,
+    selector: std::collections::BTreeMap<String, String>,
+    policy: &EgressPolicy,
+) -> Option<NetworkPolicy> {
+    if !policy.enabled {
+        return None;
+    }
+    let ingress = policy.operator.as_ref().map(|operator| {
+        vec![NetworkPolicyIngressRule {
+            from: Some(vec![peer(operator)]),
+            ports: Some(vec![runner_tls_port()]),
+        }]
+    });
+    let mut types = vec!["Egress".to_owned()];
+    if ingress.is_some() {
+        types.insert(0, "Ingress".into());
+    }
+    Some(NetworkPolicy {
+        metadata,
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            }),
+            policy_types: Some(types),
+            ingress,
+            egress: Some(Vec::new()),
+        }),
+    })
+}
+
+fn runner_tls_port() -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT))),
+        protocol: Some("TCP".into()),
+        end_port: None,
+    }
+}
+
 fn build(
     metadata: ObjectMeta,
     selector: std::collections::BTreeMap<String, String>,
@@ -123,11 +170,7 @@ fn block(cidr: &Cidr, denied: &[Cidr]) -> IPBlock {
 fn gateway_rule(g: &GatewaySource, operator: Option<&GatewaySource>) -> NetworkPolicyIngressRule {
     NetworkPolicyIngressRule {
         from: Some(std::iter::once(g).chain(operator).map(peer).collect()),
-        ports: Some(vec![NetworkPolicyPort {
-            port: Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT))),
-            protocol: Some("TCP".into()),
-            end_port: None,
-        }]),
+        ports: Some(vec![runner_tls_port()]),
     }
 }
 

@@ -161,6 +161,27 @@ fn walk(k: &Kubectl) {
         claim["metadata"]["ownerReferences"][0]["uid"], snap["metadata"]["uid"],
         "the claim is the checkpoint's"
     );
+    // The sink ran fenced (the take went through it): its own policy,
+    // the checkpoint's, with no egress at all.
+    let fence = k
+        .get(&["networkpolicy", "snap-ckpt-sink-egress", "-n", NS])
+        .expect("the sink's NetworkPolicy");
+    assert_eq!(
+        fence["metadata"]["ownerReferences"][0]["uid"], snap["metadata"]["uid"],
+        "the sink's policy is the checkpoint's"
+    );
+    assert!(
+        fence["spec"]["policyTypes"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t == "Egress")),
+        "{fence}"
+    );
+    assert!(
+        fence["spec"]["egress"]
+            .as_array()
+            .is_none_or(|rules| rules.is_empty()),
+        "the sink reaches nothing: {fence}"
+    );
     wait_for("the sink pod to go", T, || {
         k.get(&["pod", "snap-ckpt-sink", "-n", NS])
             .is_none()
