@@ -517,6 +517,21 @@ fn a_fork_waits_for_its_checkpoint_then_mounts_it_read_only_and_restores() {
     };
     let p = session_plan::plan(&s, &waiting, &res, &cfg(), now());
     assert_eq!(p.pod, PodAction::Keep, "no pod yet");
+    // The checkpoint's changes wake it; no timer of its own.
+    assert_eq!(p.requeue, session_plan::RESYNC);
+    let refused = SessionObserved {
+        fork: Some(CondSpec {
+            reason: "CheckpointRefused".into(),
+            ..cond(false)
+        }),
+        ..SessionObserved::default()
+    };
+    let again = session_plan::plan(&s, &refused, &res, &cfg(), now());
+    assert_eq!(
+        again.requeue,
+        session_plan::POD_NOT_READY,
+        "nothing to watch after a refused create: tried again"
+    );
     let st = &p.status;
     assert_ne!(st.phase, Some(crds::SessionPhase::Ready));
     assert!(
@@ -797,4 +812,25 @@ fn the_webhook_wants_exactly_one_source_named_as_an_object() {
             .any(|f| f.path == "spec.from.session" && f.message.contains("Not_A_Name")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn a_checkpoint_wakes_exactly_the_forks_that_start_from_it() {
+    let by_checkpoint = fork_by_name("f1", json!({"checkpoint": "snap"}));
+    let by_session = fork_by_name("f2", json!({"session": "src"}));
+    let plain = ready_session();
+    assert!(fork::waits_on(&by_checkpoint, "team-a", "snap"));
+    assert!(
+        !fork::waits_on(&by_checkpoint, "team-b", "snap"),
+        "another namespace's snap"
+    );
+    assert!(!fork::waits_on(&by_checkpoint, "team-a", "other"));
+    // A fork by session name waits on the checkpoint it takes.
+    assert!(fork::waits_on(
+        &by_session,
+        "team-a",
+        &fork::taken_name("f2")
+    ));
+    assert!(!fork::waits_on(&by_session, "team-a", "src"));
+    assert!(!fork::waits_on(&plain, "team-a", "snap"));
 }

@@ -39,6 +39,14 @@ pub fn checkpoint_of(session: &AgentSession) -> Option<String> {
     Some(taken_name(session.metadata.name.as_deref()?))
 }
 
+/// Whether `session` starts from the checkpoint `ns/checkpoint` (named
+/// in its `from`, or the one it takes of a session): a change of that
+/// checkpoint wakes it, instead of the fork looking again on a timer.
+pub fn waits_on(session: &AgentSession, ns: &str, checkpoint: &str) -> bool {
+    session.metadata.namespace.as_deref() == Some(ns)
+        && checkpoint_of(session).as_deref() == Some(checkpoint)
+}
+
 /// The checkpoint `fork` takes of the session `source`: named after the
 /// fork, in its namespace, labelled as the platform's, controlled by the
 /// fork, all of the source's workdir with bash's state. `None` for a fork

@@ -691,7 +691,29 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    let controller = Controller::for_stream(changed, reader);
+    // A fork waits for its checkpoint to be Ready: the checkpoint's changes
+    // wake the forks that start from it (a scan of the session store per
+    // checkpoint change; checkpoints change a handful of times each).
+    let forks = {
+        let sessions = reader.clone();
+        move |ckpt: AgentCheckpoint| {
+            let (Some(ns), Some(name)) = (ckpt.metadata.namespace, ckpt.metadata.name) else {
+                return Vec::new();
+            };
+            sessions
+                .state()
+                .iter()
+                .filter(|w| w.0.as_ref().is_ok_and(|s| fork::waits_on(s, &ns, &name)))
+                .map(|w| reflector::ObjectRef::from_obj(w.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let checkpoints: Api<AgentCheckpoint> = Api::all(ctx.client.clone());
+    let controller = Controller::for_stream(changed, reader).watches(
+        checkpoints,
+        watcher::Config::default(),
+        forks,
+    );
     // The fences: a removed or changed NetworkPolicy, ConfigMap or claim
     // wakes its session, whose reconcile applies it again. The same
     // watches fill the caches a reconcile reads first.

@@ -247,7 +247,15 @@ fn running(
         &pod_name,
         now,
     );
-    if (current.is_some() && status.phase != Some(crds::SessionPhase::Ready)) || fork_waits {
+    // A waiting fork is woken by its checkpoint's changes (the session
+    // controller watches checkpoints), not by this requeue; one whose
+    // checkpoint the API server refused to create has none to watch and
+    // tries again on it.
+    let fork_refused = observed
+        .fork
+        .as_ref()
+        .is_some_and(|f| !f.status && f.reason == "CheckpointRefused");
+    if (current.is_some() && status.phase != Some(crds::SessionPhase::Ready)) || fork_refused {
         requeue = requeue.min(POD_NOT_READY);
     }
     let runs = resolution.runner.as_ref();
