@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build (once) the pinned Kubernetes, etcd, helm, kube-router and kwok binaries from
+# Build (once) the pinned Kubernetes, etcd, helm, kube-router, kwok and
+# local-path-provisioner binaries from
 # the Go module proxy into ~/.cache/agentplane/k8s-<version>/bin and reuse them
 # afterwards.
 #
@@ -9,7 +10,7 @@
 #                                   another Kubernetes release: the staging modules
 #                                   k8s.io/* are pinned by replace to v0.X.Y
 #
-# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router,kwok}/go.mod (+ go.sum).
+# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router,kwok,local-path}/go.mod (+ go.sum).
 # Each component is rebuilt when the sha256 of its go.mod/go.sum changes.
 set -euo pipefail
 
@@ -133,6 +134,8 @@ main() {
 	# kwok fakes nodes and their pods for the scale benchmark (tests/cluster/kwok.sh).
 	p=sigs.k8s.io/kwok
 	build_component kwok "$GOMOD_DIR/kwok" "" kwok -- "$p/cmd/kwok"
+	# The default StorageClass: claims are provisioned as on a real cluster.
+	build_component local-path "$GOMOD_DIR/local-path" "" local-path-provisioner -- github.com/rancher/local-path-provisioner
 	log "build: all binaries ready in $BIN_DIR ($((SECONDS - t0))s)"
 	echo "$BIN_DIR"
 }

@@ -44,7 +44,12 @@ API_URL="https://127.0.0.1:$API_PORT"
 # namespaces); the defaults are upstream's, the scale benchmark raises them.
 SCHEDULER_QPS="${AGENTPLANE_SCHEDULER_QPS:-50}"
 CM_QPS="${AGENTPLANE_CONTROLLER_MANAGER_QPS:-20}"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router local-path-provisioner)
+# Dynamic provisioning: rancher's local-path-provisioner, run on the host
+# against the API server; its volumes are directories under LOCAL_PATH_DIR.
+LOCAL_PATH_NS=local-path-storage
+LOCAL_PATH_CLASS=local-path
+LOCAL_PATH_DIR="$STATE_DIR/local-path"
 # Host sysctls that kubelet (kernel tunables), kube-proxy (route_localnet) and the
 # CNI bridge (ip_forward) change: saved by up, restored by down.
 HOST_SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.bridge.bridge-nf-call-iptables
@@ -783,10 +788,81 @@ EOF
 		fail_component kubelet "probe pod did not become Ready"
 	fi
 	kc -n default delete pod agentplane-up-probe --wait=false >/dev/null
+	start_local_path
 	local ms=$(($(now_ms) - t0))
 	log "cluster up in $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s: kubernetes $K8S_VERSION, node $NODE_NAME ($HOST_IP)"
 	log "export KUBECONFIG=$KUBECONFIG_PATH"
 	echo "$KUBECONFIG_PATH"
+}
+
+# The cluster's default StorageClass, `local-path` (WaitForFirstConsumer,
+# reclaim Delete), served by local-path-provisioner on the host. Its helper
+# pods (which make and remove each volume's directory) run the sandbox base
+# image: /bin/sh, mkdir and rm are all they need.
+start_local_path() {
+	mkdir -p "$LOCAL_PATH_DIR"
+	kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $LOCAL_PATH_NS
+  labels:
+    pod-security.kubernetes.io/enforce: privileged
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: local-path-provisioner
+  namespace: $LOCAL_PATH_NS
+automountServiceAccountToken: false
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $LOCAL_PATH_CLASS
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: rancher.io/local-path
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: local-path-config
+  namespace: $LOCAL_PATH_NS
+data:
+  config.json: |-
+    {"cmdTimeoutSeconds": 60,
+     "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["$LOCAL_PATH_DIR"]}]}
+  setup: |-
+    #!/bin/sh
+    set -eu
+    mkdir -m 0777 -p "\$VOL_DIR"
+  teardown: |-
+    #!/bin/sh
+    set -eu
+    rm -rf "\$VOL_DIR"
+  helperPod.yaml: |-
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: helper-pod
+    spec:
+      terminationGracePeriodSeconds: 0
+      securityContext:
+        runAsUser: 0
+        runAsGroup: 0
+      containers:
+      - name: helper-pod
+        image: $SANDBOX_BASE_IMAGE
+        imagePullPolicy: Never
+EOF
+	start local-path-provisioner "$BIN_DIR/local-path-provisioner" start \
+		--kubeconfig "$KUBECONFIG_PATH" --namespace "$LOCAL_PATH_NS" \
+		--service-account-name local-path-provisioner --helper-image "$SANDBOX_BASE_IMAGE"
+	sleep 1
+	pid_alive local-path-provisioner || fail_component local-path-provisioner "exited at start"
 }
 
 # --- down ------------------------------------------------------------------------------
@@ -797,6 +873,8 @@ cmd_down() {
 	# 0. The fake nodes' controller (kwok.sh), if it runs: the pods it
 	#    played go with the API server's state below.
 	stop kwok
+	# Volumes are made and removed by helper pods: nothing to make any more.
+	stop local-path-provisioner
 	# 1. No more scheduling or re-creation; then let the kubelet tear pods down
 	#    properly (CRI StopPodSandbox -> CNI DEL, unmounts).
 	stop kube-controller-manager

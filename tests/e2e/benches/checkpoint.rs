@@ -17,13 +17,14 @@
 //! - cold: the same session shape without `from`, apply -> first result,
 //!   in the same run: the fork figure's baseline (ratio printed).
 //!
-//! Each case's checkpoint gets a hostPath volume of its own (the harness
-//! has no provisioner); the case's objects are deleted before the next.
+//! Each case's checkpoint claim is provisioned by the cluster's default
+//! StorageClass (local-path-provisioner in the harness); the case's
+//! objects are deleted before the next.
 
 use std::time::{Duration, Instant};
 
 use e2e::release::Release;
-use e2e::{Kubectl, Namespace, agent, env_or, ms, sandbox_image, static_volume_of};
+use e2e::{Kubectl, Namespace, agent, env_or, ms, sandbox_image};
 
 const SYSTEM: &str = "bench-ckpt-system";
 const NS: &str = "bench-ckpt";
@@ -91,7 +92,6 @@ fn checkpoint_yaml(name: &str, source: &str, max_bytes: Option<u64>) -> String {
 
 struct Bench {
     k: Kubectl,
-    volumes: tempfile::TempDir,
 }
 
 impl Bench {
@@ -179,12 +179,6 @@ impl Bench {
         figure(case.name, "read_all_in_sandbox_s", floor.trim());
 
         let ckpt = format!("ckpt-{}", case.name);
-        let capacity = format!(
-            "{}Mi",
-            case.max_bytes.map_or(1024, |b| (b + b / 8) / MIB + 64)
-        );
-        let pv = format!("bench-ckpt-{}", case.name);
-        static_volume_of(&self.k, &pv, &self.volumes.path().join(&pv), &capacity);
         let t = Instant::now();
         self.apply(&checkpoint_yaml(&ckpt, &src, case.max_bytes));
         self.wait_phase("agentcheckpoint", &ckpt, "Ready");
@@ -236,7 +230,6 @@ impl Bench {
         }
         self.delete("agentcheckpoint", &ckpt);
         self.delete("agentsession", &src);
-        let _ = self.k.run(&["delete", "pv", &pv, "--wait=false"], None);
     }
 }
 
@@ -250,10 +243,7 @@ fn main() {
     let only = std::env::var("BENCH_CKPT_CASES").unwrap_or_default();
     let release = Release::install(&k, "agentplane", SYSTEM, &[]);
     let ns = Namespace::create(&k, NS, &[]);
-    let bench = Bench {
-        k: k.clone(),
-        volumes: tempfile::tempdir().expect("volume dirs"),
-    };
+    let bench = Bench { k: k.clone() };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for case in cases() {
             if only.is_empty() || only.split(',').any(|c| c == case.name) {

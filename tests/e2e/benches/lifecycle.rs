@@ -3,8 +3,8 @@
 //! prints figures. Needs the harness cluster up, the images built and the
 //! operator and kubectl-agent binaries (see docs/benchmarks.md).
 //!
-//! One session with a persistent workspace (a hostPath volume: the test
-//! cluster has no provisioner) is suspended and resumed N times (default
+//! One session with a persistent workspace (provisioned by the cluster's
+//! default StorageClass) is suspended and resumed N times (default
 //! 10); each resume is timed from the `suspended: false` patch to the first
 //! `kubectl agent bash` result, which also checks the exported variable
 //! survived. The cold figure is the same session shape applied fresh.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use e2e::{
     Certs, Kubectl, Namespace, Operator, agent, env_or, free_port, install_crd, ms, percentile,
-    runner_image, sandbox_image, static_volume, wait_for,
+    runner_image, sandbox_image, wait_for,
 };
 
 const T: Duration = Duration::from_secs(180);
@@ -23,7 +23,6 @@ fn main() {
     let k = Kubectl::from_env();
     install_crd(&k);
     let logs = tempfile::tempdir().expect("tempdir");
-    let data = tempfile::tempdir().expect("volume dirs");
     let certs = Certs::generate();
     let runner = runner_image();
     let _op = Operator::start(
@@ -56,8 +55,6 @@ fn main() {
     for i in 0..n.max(1) {
         // Cold: a fresh session on a fresh volume.
         let name = format!("cold-{i:02}");
-        let pv = format!("bench-lifecycle-{i:02}");
-        static_volume(&k, &pv, &data.path().join(&pv));
         let t0 = Instant::now();
         let r = k.run(&["apply", "-n", &ns.name, "-f", "-"], Some(&yaml(&name)));
         assert!(r.ok, "{}", r.stderr);
@@ -97,7 +94,6 @@ fn main() {
             &ns.name,
             "--wait=true",
         ]);
-        let _ = k.run(&["delete", "pv", &pv, "--wait=false"], None);
     }
     cold.sort();
     resumed.sort();

@@ -520,32 +520,6 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// A hostPath PersistentVolume named `name` (no storage class, 1Gi, RWO,
-/// retained) on `dir`, made writable by any uid: the test cluster has no
-/// storage provisioner, so workspace claims bind an administrator's static
-/// volume like this one (hostPath volumes get no fsGroup).
-pub fn static_volume(k: &Kubectl, name: &str, dir: &Path) {
-    static_volume_of(k, name, dir, "1Gi");
-}
-
-/// [`static_volume`] with the capacity `capacity` (a claim binds only a
-/// volume at least as large as it asks; hostPath enforces nothing).
-pub fn static_volume_of(k: &Kubectl, name: &str, dir: &Path, capacity: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).expect("volume dir");
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let _ = k.run(
-        &["delete", "pv", name, "--ignore-not-found", "--wait=true"],
-        None,
-    );
-    let pv = format!(
-        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\nspec:\n  capacity: {{storage: {capacity}}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  hostPath: {{path: {}, type: Directory}}\n",
-        dir.display()
-    );
-    let r = k.apply(&pv);
-    assert!(r.ok, "pv {name}: {}", r.stderr);
-}
-
 /// A namespace made for one scenario, labelled as given; deleted on drop.
 /// The node's InternalIP, where pods reach the host.
 pub fn node_ip(k: &Kubectl) -> String {

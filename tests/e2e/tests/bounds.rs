@@ -12,14 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{
-    Kubectl, Namespace, agent, condition, helm, ms, root, sandbox_image, static_volume, wait_for,
-};
+use e2e::{Kubectl, Namespace, agent, condition, helm, ms, root, sandbox_image, wait_for};
 use serde_json::Value;
 
 const RELEASE: &str = "bounds";
 const RELEASE_NS: &str = "agentplane-bounds";
-const PV: &str = "agentplane-e2e-bounds";
 const T: Duration = Duration::from_secs(180);
 
 #[test]
@@ -48,8 +45,7 @@ fn fences_hold_against_a_namespace_admin_and_disk_bounds_evict() {
         ],
     );
     assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
-    let pv_dir = tempfile::tempdir().expect("pv dir");
-    let result = std::panic::catch_unwind(|| scenario(&k, pv_dir.path()));
+    let result = std::panic::catch_unwind(|| scenario(&k));
     if result.is_err() {
         eprintln!(
             "{}",
@@ -68,7 +64,6 @@ fn fences_hold_against_a_namespace_admin_and_disk_bounds_evict() {
         );
     }
     let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    let _ = k.run(&["delete", "pv", PV, "--ignore-not-found"], None);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -95,14 +90,13 @@ fn pod_uid(k: &Kubectl, ns: &str, session: &str) -> Option<String> {
     p["metadata"]["uid"].as_str().map(str::to_owned)
 }
 
-fn scenario(k: &Kubectl, pv_dir: &std::path::Path) {
+fn scenario(k: &Kubectl) {
     let ns = Namespace::create(
         k,
         "e2e-bounds",
         &[("pod-security.kubernetes.io/enforce", "restricted")],
     );
     let ns = ns.name.as_str();
-    static_volume(k, PV, pv_dir);
     k.must(&["create", "serviceaccount", "tenant", "-n", ns]);
     k.must(&[
         "create",

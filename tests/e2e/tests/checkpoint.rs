@@ -12,9 +12,7 @@
 
 use std::time::Duration;
 
-use e2e::{
-    Kubectl, Namespace, agent, condition, helm, root, sandbox_image, static_volume, wait_for,
-};
+use e2e::{Kubectl, Namespace, agent, condition, helm, root, sandbox_image, wait_for};
 use serde_json::Value;
 
 const RELEASE: &str = "agentplane";
@@ -25,9 +23,6 @@ const FORKS: [&str; 3] = ["fork-a", "fork-b", "fork-c"];
 const BY_NAME: &str = "fork-by-name";
 /// The checkpoint `fork-by-name` takes of its source: `<fork>-from`.
 const BY_NAME_CKPT: &str = "fork-by-name-from";
-/// The static volumes checkpoint claims bind to (the test cluster has no
-/// provisioner): one for `snap`, one for the fork by name's own.
-const VOLUMES: [&str; 2] = ["e2e-ckpt-data", "e2e-ckpt-data-2"];
 
 #[test]
 fn a_checkpoint_forks_three_independent_sessions_with_their_shell_state() {
@@ -75,9 +70,6 @@ fn a_checkpoint_forks_three_independent_sessions_with_their_shell_state() {
         }
     }
     let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    for pv in VOLUMES {
-        let _ = k.run(&["delete", "pv", pv, "--wait=false"], None);
-    }
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -115,10 +107,6 @@ fn bash(k: &Kubectl, session: &str, command: &str) -> String {
 
 fn walk(k: &Kubectl) {
     let _ns = Namespace::create(k, NS, &[]);
-    let dir = std::env::temp_dir().join(format!("agentplane-e2e-ckpt-{}", std::process::id()));
-    for (i, pv) in VOLUMES.iter().enumerate() {
-        static_volume(k, pv, &dir.join(i.to_string()));
-    }
 
     // The source does work: files, a directory change, an export.
     apply(k, &session("src", None));
@@ -160,6 +148,17 @@ fn walk(k: &Kubectl) {
     assert_eq!(
         claim["metadata"]["ownerReferences"][0]["uid"], snap["metadata"]["uid"],
         "the claim is the checkpoint's"
+    );
+    // Provisioned for it by the cluster's default StorageClass, as on a
+    // real cluster (the harness runs local-path-provisioner).
+    assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
+    let pv = claim["spec"]["volumeName"]
+        .as_str()
+        .expect("bound to a volume");
+    let pv = k.get(&["pv", pv]).expect("the claim's volume");
+    assert_eq!(
+        pv["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"], "rancher.io/local-path",
+        "{pv}"
     );
     // The sink ran fenced (the take went through it): its own policy,
     // the checkpoint's, with no egress at all.

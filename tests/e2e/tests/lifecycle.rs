@@ -1,19 +1,17 @@
 //! A session's life on the real cluster: suspended and resumed with its
 //! workspace and bash state, suspended after idling and woken by a call,
-//! ended at its lifetime. The test cluster has no storage provisioner, so
-//! the workspace claim binds a hostPath PersistentVolume the test makes
-//! (an administrator's static volume).
+//! ended at its lifetime. The workspace claim is provisioned by the
+//! cluster's default StorageClass (local-path-provisioner in the harness).
 
 use std::time::Duration;
 
 use e2e::{
     Certs, Kubectl, Namespace, Operator, agent, fail_with_log, free_port, install_crd,
-    runner_image, sandbox_image, static_volume, status_reason, wait_for,
+    runner_image, sandbox_image, status_reason, wait_for,
 };
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(180);
-const PV: &str = "agentplane-e2e-lifecycle";
 
 fn phase(k: &Kubectl, ns: &str, name: &str) -> Option<(String, Value)> {
     let o = k.get(&["agentsession", name, "-n", ns])?;
@@ -37,8 +35,7 @@ fn suspend_resume_idle_wake_and_lifetime() {
     let k = Kubectl::from_env();
     let logs = tempfile::tempdir().expect("tempdir");
     let log = logs.path().join("operator.log");
-    let data = tempfile::tempdir().expect("pv dir");
-    let result = std::panic::catch_unwind(|| scenario(&k, &log, data.path()));
+    let result = std::panic::catch_unwind(|| scenario(&k, &log));
     let _ = k.run(
         &[
             "delete",
@@ -49,15 +46,13 @@ fn suspend_resume_idle_wake_and_lifetime() {
         ],
         None,
     );
-    let _ = k.run(&["delete", "pv", PV, "--ignore-not-found"], None);
     if let Err(e) = result {
         fail_with_log(&log, e);
     }
 }
 
-fn scenario(k: &Kubectl, log: &std::path::Path, pv_dir: &std::path::Path) {
+fn scenario(k: &Kubectl, log: &std::path::Path) {
     install_crd(k);
-    static_volume(k, PV, pv_dir);
     let certs = Certs::generate();
     let runner = runner_image();
     let _op = Operator::start(
