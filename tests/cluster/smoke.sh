@@ -213,6 +213,62 @@ if out=$(kc -n "$NS" exec sandbox -- bash -c 'printf "a\nb\nagentplane\n" | grep
 else
 	fail "kubectl exec" "$out"
 fi
+
+# --- 5b. dynamic provisioning: a claim with no class gets local-path --------------------------
+t0=$(now_ms)
+out=$(kc -n "$NS" apply -f - 2>&1 <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: writer
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+  containers:
+  - name: sh
+    image: $SANDBOX_BASE_IMAGE
+    imagePullPolicy: Never
+    command: ["bash", "-c", "echo provisioned > /data/f"]
+    volumeMounts: [{name: data, mountPath: /data}]$restricted_sc
+EOF
+) || true
+pv=""
+if kc -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/writer --timeout=120s >/dev/null 2>&1; then
+	pv=$(kc -n "$NS" get pvc data -o jsonpath='{.spec.volumeName}' 2>/dev/null)
+	class=$(kc -n "$NS" get pvc data -o jsonpath='{.spec.storageClassName}' 2>/dev/null)
+	by=$(kc get pv "$pv" -o jsonpath='{.metadata.annotations.pv\.kubernetes\.io/provisioned-by}' 2>/dev/null)
+	dir=$(kc get pv "$pv" -o jsonpath='{.spec.hostPath.path}' 2>/dev/null)
+	if [[ "$class" == local-path && "$by" == rancher.io/local-path && "$(cat "$dir/f" 2>/dev/null)" == provisioned ]]; then
+		pass "dynamic provisioning: a claim with no class bound a local-path volume, written as uid 65534 ($(secs $(($(now_ms) - t0)))s)"
+	else
+		fail "dynamic provisioning" "class=$class provisioned-by=$by dir=$dir $(ls -la "$dir" 2>&1)"
+	fi
+else
+	fail "dynamic provisioning: writer pod Succeeded" "$out$(kc -n "$NS" describe pvc data 2>&1 | tail -8)$(kc -n "$NS" describe pod writer 2>&1 | tail -10)$(tail -10 "$LOG_DIR/local-path-provisioner.log" 2>&1)"
+fi
+kc -n "$NS" delete pod writer --wait=true --timeout=60s >/dev/null 2>&1 || true
+kc -n "$NS" delete pvc data --wait=true --timeout=60s >/dev/null 2>&1 || true
+if [[ -n "$pv" ]]; then
+	gone=0
+	for _ in $(seq 1 60); do
+		if ! kc get pv "$pv" >/dev/null 2>&1 && [[ ! -e "${dir:-/nonexistent}" ]]; then gone=1; break; fi
+		sleep 1
+	done
+	if [[ $gone -eq 1 ]]; then
+		pass "the claim's deletion removed its volume and its directory"
+	else
+		fail "volume removed with its claim" "$(kc get pv "$pv" 2>&1) $(ls -la "$dir" 2>&1 | head -3)"
+	fi
+fi
 if out=$(printf 'from-stdin\n' | kc -n "$NS" exec -i sandbox -- cat 2>&1) && [[ "$out" == from-stdin ]]; then
 	pass "kubectl exec -i (stdin streaming)"
 else
