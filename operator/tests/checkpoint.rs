@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::ResourceExt;
 use operator::checkpoint::plan::{
     self, MAX_ATTEMPTS, Observed, Settings, Step, Taken, after_failure, decide, fork_condition,
-    sizes,
+    refused_status, sizes,
 };
 use operator::checkpoint::{build, fork};
 use operator::resolution::{CondSpec, Listings, resolve};
@@ -833,4 +833,23 @@ fn a_checkpoint_wakes_exactly_the_forks_that_start_from_it() {
     ));
     assert!(!fork::waits_on(&by_session, "team-a", "src"));
     assert!(!fork::waits_on(&plain, "team-a", "snap"));
+}
+
+#[test]
+fn a_refused_transfer_fails_at_once_naming_the_refusal() {
+    let c = plain();
+    let st = refused_status(
+        &c,
+        "the session's runner refused the export: proj: not found",
+        now(),
+    );
+    assert_eq!(st.phase, Some(CheckpointPhase::Failed));
+    assert_eq!(st.attempts, Some(1));
+    let cond = &st.conditions[0];
+    assert_eq!(cond.reason, plan::TRANSFER_REFUSED);
+    assert!(
+        cond.message.contains("not retried") && cond.message.contains("proj: not found"),
+        "{}",
+        cond.message
+    );
 }

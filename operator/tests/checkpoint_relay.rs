@@ -117,12 +117,38 @@ async fn the_relay_takes_a_runners_export_into_a_sink_over_mutual_tls() {
     let e = relay::take(&impostor, source_addr, sink_addr, export())
         .await
         .expect_err("a runner certificate is not a client");
-    assert!(e.contains("cannot connect") || e.contains("refused"), "{e}");
+    assert!(
+        e.message.contains("cannot connect") || e.message.contains("refused"),
+        "{e:?}"
+    );
+    assert!(
+        !e.permanent,
+        "a failed handshake may go otherwise next time"
+    );
     assert!(!store.join("checkpoint.json").exists());
 
     // The operator's in-memory client certificate is.
     let op = certs::operator_client_cert(&ca, now).expect("client cert");
     let tls = relay::tls_config(&op.cert_pem, &op.key_pem, &ca.cert_pem);
+    // An export the runner refuses as such (here a path that is not
+    // there) is permanent: the checkpoint fails at once, not retried.
+    let e = relay::take(
+        &tls,
+        source_addr,
+        sink_addr,
+        ExportRequest {
+            path: "no-such-dir".into(),
+            ..export()
+        },
+    )
+    .await
+    .expect_err("nothing to export");
+    assert!(e.permanent, "{e:?}");
+    assert!(
+        e.message.contains("refused the export") && e.message.contains("no-such-dir"),
+        "{e:?}"
+    );
+    assert!(!store.join("checkpoint.json").exists());
     let taken = relay::take(&tls, source_addr, sink_addr, export())
         .await
         .expect("taken");

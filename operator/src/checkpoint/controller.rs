@@ -263,9 +263,20 @@ async fn take(
             remove_sink(ckpt, &pods, sink).await?;
             Ok(Action::await_change())
         }
+        Err(e) if e.permanent => {
+            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint refused; not retried");
+            let status = plan::refused_status(ckpt, &e.message, Timestamp::now());
+            ctx.publish(
+                ckpt,
+                &Note::warning(plan::TRANSFER_REFUSED, e.message.clone()),
+            )
+            .await;
+            write_status(ctx, ns, ckpt, &status).await?;
+            Ok(Action::await_change())
+        }
         Err(e) => {
-            tracing::warn!(checkpoint = %key(ckpt), error = %e, "checkpoint not taken");
-            failed_attempt(ctx, ns, ckpt, &e).await
+            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint not taken");
+            failed_attempt(ctx, ns, ckpt, &e.message).await
         }
     }
 }

@@ -393,6 +393,39 @@ pub fn after_failure(
     (status, Some(crate::context::backoff(attempts)))
 }
 
+/// The reason of a checkpoint the runner or the sink refused as such.
+pub const TRANSFER_REFUSED: &str = "TransferRefused";
+
+/// The status of a checkpoint whose transfer was refused as such (see
+/// [`crate::checkpoint::relay::Failure::permanent`]): Failed at once,
+/// the attempt counted, the refusal in its condition.
+pub fn refused_status(
+    checkpoint: &AgentCheckpoint,
+    error: &str,
+    now: Timestamp,
+) -> AgentCheckpointStatus {
+    let previous = checkpoint.status.as_ref();
+    let attempts = previous
+        .and_then(|p| p.attempts)
+        .unwrap_or(0)
+        .saturating_add(1);
+    let message =
+        format!("refused, not retried (the same checkpoint would be refused again): {error}");
+    AgentCheckpointStatus {
+        phase: Some(CheckpointPhase::Failed),
+        attempts: Some(attempts),
+        conditions: condition(
+            previous,
+            false,
+            TRANSFER_REFUSED,
+            &message,
+            checkpoint.metadata.generation,
+            now,
+        ),
+        ..AgentCheckpointStatus::default()
+    }
+}
+
 /// The status of a checkpoint that cannot be taken: a waiting status
 /// whose phase is Failed (same attempts, same condition rules).
 pub fn failed_status(

@@ -18,6 +18,47 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::checkpoint::plan::Taken;
 
+/// Why a take failed, and whether another attempt could go differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// For the checkpoint's condition.
+    pub message: String,
+    /// The runner or the sink judged the transfer itself (too large, a
+    /// path that leaves the workdir, an archive it will not store): the
+    /// same checkpoint would be refused again, so it is not retried.
+    pub permanent: bool,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            permanent: false,
+        }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
+}
+
+/// Whether a runner's or sink's answer refuses the transfer as such
+/// ([`runner_api::Refusal::TransferRefused`]) rather than failing at it
+/// (busy, a broken connection, its own fault).
+pub fn is_permanent(status: &tonic::Status) -> bool {
+    runner_api::Refusal::from_status(status) == Some(runner_api::Refusal::TransferRefused)
+}
+
+/// `context: message`, permanent when the status refuses the transfer.
+fn refused(context: &str, status: &tonic::Status) -> Failure {
+    Failure {
+        message: format!("{context}: {}", status.message()),
+        permanent: is_permanent(status),
+    }
+}
+
 /// Archive messages between the export and the import at most.
 pub const IN_FLIGHT: usize = 4;
 /// The largest message taken from the runner (it sends at most 1 MiB of
@@ -75,13 +116,14 @@ pub async fn take(
     source: SocketAddr,
     sink: SocketAddr,
     export: ExportRequest,
-) -> Result<Taken, String> {
+) -> Result<Taken, Failure> {
     match tokio::time::timeout(DEADLINE, relay(tls, source, sink, export)).await {
         Ok(r) => r,
         Err(_) => Err(format!(
             "the transfer took longer than {} minutes",
             DEADLINE.as_secs() / 60
-        )),
+        )
+        .into()),
     }
 }
 
@@ -90,13 +132,13 @@ async fn relay(
     source: SocketAddr,
     sink: SocketAddr,
     export: ExportRequest,
-) -> Result<Taken, String> {
+) -> Result<Taken, Failure> {
     let mut runner = connect(source, tls, "session's runner").await?;
     let mut sinker = connect(sink, tls, "checkpoint sink").await?;
     let mut stream = runner
         .export(export)
         .await
-        .map_err(|s| format!("the session's runner refused the export: {}", s.message()))?
+        .map_err(|s| refused("the session's runner refused the export", &s))?
         .into_inner();
     let header = match next(&mut stream).await? {
         Some(export_chunk::Part::Header(h)) => h,
@@ -117,18 +159,20 @@ async fn relay(
     };
     tx.send(first)
         .await
-        .map_err(|_| "the import stream closed before it began".to_owned())?;
+        .map_err(|_| Failure::from("the import stream closed before it began"))?;
     let pump = async move {
         let mut sent: u64 = 0;
         while let Some(part) = next(&mut stream).await? {
             let export_chunk::Part::Data(data) = part else {
-                return Err("the session's runner sent a second export header".to_owned());
+                return Err(Failure::from(
+                    "the session's runner sent a second export header",
+                ));
             };
             sent = sent.saturating_add(data.len() as u64);
             if sent > expected {
-                return Err(format!(
+                return Err(Failure::from(format!(
                     "the session's runner sent more than the {expected} archive bytes its header announced"
-                ));
+                )));
             }
             let chunk = ImportChunk {
                 part: Some(import_chunk::Part::Data(data)),
@@ -139,9 +183,9 @@ async fn relay(
             }
         }
         if sent != expected {
-            return Err(format!(
+            return Err(Failure::from(format!(
                 "the export ended after {sent} of the {expected} archive bytes its header announced"
-            ));
+            )));
         }
         Ok(sent)
     };
@@ -149,24 +193,24 @@ async fn relay(
     let (pumped, imported) = tokio::join!(pump, import);
     // The export's own failure is the cause when both failed.
     pumped?;
-    imported.map_err(|s| format!("the checkpoint sink refused the archive: {}", s.message()))?;
+    imported.map_err(|s| refused("the checkpoint sink refused the archive", &s))?;
     Ok(taken)
 }
 
 /// The next part of the export, or an error when it broke or fell silent.
 async fn next(
     stream: &mut tonic::Streaming<runner_api::proto::ExportChunk>,
-) -> Result<Option<export_chunk::Part>, String> {
+) -> Result<Option<export_chunk::Part>, Failure> {
     match tokio::time::timeout(IDLE, stream.message()).await {
         Ok(Ok(Some(m))) => m
             .part
             .map(Some)
-            .ok_or_else(|| "the session's runner sent an empty export message".to_owned()),
+            .ok_or_else(|| Failure::from("the session's runner sent an empty export message")),
         Ok(Ok(None)) => Ok(None),
-        Ok(Err(s)) => Err(format!("the export broke: {}", s.message())),
-        Err(_) => Err(format!(
+        Ok(Err(s)) => Err(refused("the export broke", &s)),
+        Err(_) => Err(Failure::from(format!(
             "the session's runner sent nothing for {} s",
             IDLE.as_secs()
-        )),
+        ))),
     }
 }
