@@ -29,6 +29,7 @@ pub mod health;
 pub mod leader;
 pub mod listen;
 pub mod names;
+pub mod netpol;
 pub mod policy;
 pub mod quantity;
 pub mod resolution;

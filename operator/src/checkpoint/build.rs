@@ -12,9 +12,11 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, TCPSocketAction,
     Volume, VolumeMount, VolumeResourceRequirements,
 };
-use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use runner_api::{
@@ -127,19 +129,42 @@ pub fn sink_policy_name(checkpoint: &str) -> String {
     crate::names::object_name(checkpoint, "ckpt-sink-egress")
 }
 
-/// The sink pod's NetworkPolicy (see
-/// [`sink_network_policy`](crate::session::egress::sink_network_policy)),
-/// owned by the checkpoint; `None` when the platform turned policies off.
+/// The sink pod's NetworkPolicy, owned by the checkpoint: no egress at
+/// all (the sink stores what it is sent and calls nothing, and the archive
+/// it parses came from a sandbox), and ingress only from the operator's
+/// pods to the mutual-TLS port its `Import` listens on. With no operator
+/// pods to name (an operator run outside the cluster) the ingress side is
+/// left to the TLS alone: the egress fence stands either way. `None` when
+/// the platform turned policies off.
 pub fn sink_policy(
     checkpoint: &AgentCheckpoint,
     policy: &crate::sandbox::EgressPolicy,
 ) -> Option<NetworkPolicy> {
-    let selector = labels(checkpoint, "sink");
-    crate::session::egress::sink_network_policy(
-        owned(checkpoint, sink_policy_name(&checkpoint.name_any()), "sink"),
-        selector,
-        policy,
-    )
+    if !policy.enabled {
+        return None;
+    }
+    let ingress = policy.operator.as_ref().map(|operator| {
+        vec![NetworkPolicyIngressRule {
+            from: Some(vec![crate::netpol::peer(operator)]),
+            ports: Some(vec![crate::netpol::runner_tls_port()]),
+        }]
+    });
+    let mut types = vec!["Egress".to_owned()];
+    if ingress.is_some() {
+        types.insert(0, "Ingress".into());
+    }
+    Some(NetworkPolicy {
+        metadata: owned(checkpoint, sink_policy_name(&checkpoint.name_any()), "sink"),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(checkpoint, "sink")),
+                ..LabelSelector::default()
+            }),
+            policy_types: Some(types),
+            ingress,
+            egress: Some(Vec::new()),
+        }),
+    })
 }
 
 /// The sink's container: `checkpoint-sink` from the runner image.

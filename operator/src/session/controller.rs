@@ -670,6 +670,25 @@ where
         .modify(|m| m.metadata.managed_fields = None)
 }
 
+/// A fork waits for its checkpoint to be Ready: a checkpoint's change
+/// wakes the forks that start from it, found in the session store (a scan
+/// per checkpoint change; checkpoints change a handful of times each).
+fn forks_of(
+    sessions: reflector::Store<Watched>,
+) -> impl Fn(AgentCheckpoint) -> Vec<reflector::ObjectRef<Watched>> + Send + Sync + 'static {
+    move |ckpt: AgentCheckpoint| {
+        let (Some(ns), Some(name)) = (ckpt.metadata.namespace, ckpt.metadata.name) else {
+            return Vec::new();
+        };
+        sessions
+            .state()
+            .iter()
+            .filter(|w| w.0.as_ref().is_ok_and(|s| fork::waits_on(s, &ns, &name)))
+            .map(|w| reflector::ObjectRef::from_obj(w.as_ref()))
+            .collect()
+    }
+}
+
 /// Runs the controller until `shutdown` resolves.
 ///
 /// Sessions trigger a reconcile only when their generation changes (a spec
@@ -691,23 +710,7 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
-    // A fork waits for its checkpoint to be Ready: the checkpoint's changes
-    // wake the forks that start from it (a scan of the session store per
-    // checkpoint change; checkpoints change a handful of times each).
-    let forks = {
-        let sessions = reader.clone();
-        move |ckpt: AgentCheckpoint| {
-            let (Some(ns), Some(name)) = (ckpt.metadata.namespace, ckpt.metadata.name) else {
-                return Vec::new();
-            };
-            sessions
-                .state()
-                .iter()
-                .filter(|w| w.0.as_ref().is_ok_and(|s| fork::waits_on(s, &ns, &name)))
-                .map(|w| reflector::ObjectRef::from_obj(w.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
+    let forks = forks_of(reader.clone());
     let checkpoints: Api<AgentCheckpoint> = Api::all(ctx.client.clone());
     let controller = Controller::for_stream(changed, reader).watches(
         checkpoints,

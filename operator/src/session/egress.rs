@@ -20,6 +20,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::cidr::Cidr;
 use crate::names::{self, Names, owned_meta};
+use crate::netpol::{peer, runner_tls_port};
 use crate::sandbox::{EgressPolicy, GatewaySource};
 
 /// Ranges carved out of every allowed CIDR that contains them: link-local
@@ -58,53 +59,6 @@ pub fn pool_network_policy(pool: &AgentWarmPool, policy: &EgressPolicy) -> Optio
     )]
     .into();
     build(meta, selector, policy)
-}
-
-/// A checkpoint sink's NetworkPolicy over the pods `selector` picks: no
-/// egress at all (the sink stores what it is sent and calls nothing, and
-/// the archive it parses came from a sandbox), and ingress only from the
-/// operator's pods, to the mutual-TLS port its `Import` listens on. With
-/// no operator pods to name (an operator run outside the cluster) the
-/// ingress side is left to the TLS alone: the egress fence stands either
-/// way.
-pub fn sink_network_policy(
-    metadata: ObjectMeta,
-    selector: std::collections::BTreeMap<String, String>,
-    policy: &EgressPolicy,
-) -> Option<NetworkPolicy> {
-    if !policy.enabled {
-        return None;
-    }
-    let ingress = policy.operator.as_ref().map(|operator| {
-        vec![NetworkPolicyIngressRule {
-            from: Some(vec![peer(operator)]),
-            ports: Some(vec![runner_tls_port()]),
-        }]
-    });
-    let mut types = vec!["Egress".to_owned()];
-    if ingress.is_some() {
-        types.insert(0, "Ingress".into());
-    }
-    Some(NetworkPolicy {
-        metadata,
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(selector),
-                ..LabelSelector::default()
-            }),
-            policy_types: Some(types),
-            ingress,
-            egress: Some(Vec::new()),
-        }),
-    })
-}
-
-fn runner_tls_port() -> NetworkPolicyPort {
-    NetworkPolicyPort {
-        port: Some(IntOrString::Int(i32::from(runner_api::RUNNER_TLS_PORT))),
-        protocol: Some("TCP".into()),
-        end_port: None,
-    }
 }
 
 fn build(
@@ -171,27 +125,6 @@ fn gateway_rule(g: &GatewaySource, operator: Option<&GatewaySource>) -> NetworkP
     NetworkPolicyIngressRule {
         from: Some(std::iter::once(g).chain(operator).map(peer).collect()),
         ports: Some(vec![runner_tls_port()]),
-    }
-}
-
-/// Pods with `g`'s labels in `g`'s namespace.
-fn peer(g: &GatewaySource) -> NetworkPolicyPeer {
-    NetworkPolicyPeer {
-        namespace_selector: Some(LabelSelector {
-            match_labels: Some(
-                [(
-                    "kubernetes.io/metadata.name".to_owned(),
-                    g.namespace.clone(),
-                )]
-                .into(),
-            ),
-            ..LabelSelector::default()
-        }),
-        pod_selector: Some(LabelSelector {
-            match_labels: Some(g.pod_labels.clone()),
-            ..LabelSelector::default()
-        }),
-        ..NetworkPolicyPeer::default()
     }
 }
 

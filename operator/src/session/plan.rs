@@ -226,18 +226,6 @@ fn running(
         )];
         current = None;
     }
-    let mut requeue = if resolution.retry_mcp {
-        MCP_RETRY
-    } else {
-        RESYNC
-    };
-    if matches!(
-        action,
-        PodAction::Delete { .. } | PodAction::WaitForDeletion
-    ) && resolution.runner.is_some()
-    {
-        requeue = POD_GOING;
-    }
     let previous = session.status.as_ref();
     let status = running_status(
         session,
@@ -247,17 +235,8 @@ fn running(
         &pod_name,
         now,
     );
-    // A waiting fork is woken by its checkpoint's changes (the session
-    // controller watches checkpoints), not by this requeue; one whose
-    // checkpoint the API server refused to create has none to watch and
-    // tries again on it.
-    let fork_refused = observed
-        .fork
-        .as_ref()
-        .is_some_and(|f| !f.status && f.reason == "CheckpointRefused");
-    if (current.is_some() && status.phase != Some(crds::SessionPhase::Ready)) || fork_refused {
-        requeue = requeue.min(POD_NOT_READY);
-    }
+    let starting = current.is_some() && status.phase != Some(crds::SessionPhase::Ready);
+    let requeue = running_requeue(resolution, &action, starting, observed);
     let runs = resolution.runner.as_ref();
     let configmap = runs.and_then(|r| match warm_pod {
         Some(p) => claim::bound_configmap(session, r, p),
@@ -283,6 +262,41 @@ fn running(
     };
     plan.events = status_events(previous, &plan.status, &plan.warnings);
     plan
+}
+
+/// When a session whose pod should run is looked at again unless an
+/// event wakes it first: soon while its pod goes or starts, else on the
+/// resync (or the MCP retry).
+fn running_requeue(
+    resolution: &Resolution,
+    action: &PodAction,
+    starting: bool,
+    observed: &Observed,
+) -> Duration {
+    let mut requeue = if resolution.retry_mcp {
+        MCP_RETRY
+    } else {
+        RESYNC
+    };
+    if matches!(
+        action,
+        PodAction::Delete { .. } | PodAction::WaitForDeletion
+    ) && resolution.runner.is_some()
+    {
+        requeue = POD_GOING;
+    }
+    // A waiting fork is woken by its checkpoint's changes (the session
+    // controller watches checkpoints), not by this requeue; one whose
+    // checkpoint the API server refused to create has none to watch and
+    // tries again on it.
+    let fork_refused = observed
+        .fork
+        .as_ref()
+        .is_some_and(|f| !f.status && f.reason == "CheckpointRefused");
+    if starting || fork_refused {
+        requeue = requeue.min(POD_NOT_READY);
+    }
+    requeue
 }
 
 /// The status of a session whose pod should run: the resolution, the
