@@ -359,6 +359,14 @@ pub fn waiting_status(
     }
 }
 
+/// The number of the attempt that just ended, counting from the status.
+fn this_attempt(previous: Option<&AgentCheckpointStatus>) -> u32 {
+    previous
+        .and_then(|p| p.attempts)
+        .unwrap_or(0)
+        .saturating_add(1)
+}
+
 /// The status after a failed attempt: retried (Pending, the attempt
 /// counted) until [`MAX_ATTEMPTS`], then Failed. The wait before the next
 /// attempt, or `None` once Failed.
@@ -368,10 +376,7 @@ pub fn after_failure(
     now: Timestamp,
 ) -> (AgentCheckpointStatus, Option<Duration>) {
     let previous = checkpoint.status.as_ref();
-    let attempts = previous
-        .and_then(|p| p.attempts)
-        .unwrap_or(0)
-        .saturating_add(1);
+    let attempts = this_attempt(previous);
     let generation = checkpoint.metadata.generation;
     if attempts >= MAX_ATTEMPTS {
         let message = format!("gave up after {attempts} attempts; the last: {error}");
@@ -405,10 +410,7 @@ pub fn refused_status(
     now: Timestamp,
 ) -> AgentCheckpointStatus {
     let previous = checkpoint.status.as_ref();
-    let attempts = previous
-        .and_then(|p| p.attempts)
-        .unwrap_or(0)
-        .saturating_add(1);
+    let attempts = this_attempt(previous);
     let message =
         format!("refused, not retried (the same checkpoint would be refused again): {error}");
     AgentCheckpointStatus {

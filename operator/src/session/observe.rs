@@ -125,20 +125,21 @@ async fn session_pod(
         .filter(|_| warm_pool)
         .map(|c| c.session_pods(ns, session))
         .unwrap_or_default();
+    let indexed = !cached.is_empty();
     let listed = async {
-        match &cached {
+        match cached {
             _ if !warm_pool => Ok(Vec::new()),
-            found if !found.is_empty() => Ok(found.clone()),
+            found if indexed => Ok(found),
             _ => session_pods(&pods, session).await,
         }
     };
     let by_name = async {
-        match &cached_pod {
-            Some(pod) => Ok(Some(pod.clone())),
+        match cached_pod {
+            Some(pod) => Ok(Some(pod)),
             // The index holds every labelled pod, the session's own name
             // among them: not there is not there (for as long as the watch
             // takes to catch up, which wakes the session again).
-            None if !cached.is_empty() => Ok(None),
+            None if indexed => Ok(None),
             None => Ok::<_, Error>(pods.get_opt(&names.pod).await?),
         }
     };
