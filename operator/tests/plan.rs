@@ -163,6 +163,22 @@ fn a_ready_pod_is_kept_and_the_session_resyncs_slowly() {
 }
 
 #[test]
+fn a_refused_status_is_retried_soon_whatever_the_plan_says() {
+    let s = valid();
+    let ready = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    assert_eq!(ready.requeue_after(true), plan::RESYNC);
+    assert_eq!(ready.requeue_after(false), plan::STATUS_REFUSED);
+    // Never later than the plan's own requeue.
+    let going = {
+        let mut pod = running(&s, true);
+        pod.metadata.deletion_timestamp = Some(Time(now()));
+        plan_for(&s, Some(pod), &Listings::new())
+    };
+    assert!(going.requeue_after(false) <= going.requeue);
+    assert!(plan::STATUS_REFUSED < plan::POD_NOT_READY);
+}
+
+#[test]
 fn requeue_intervals() {
     let s = valid();
     let m = with_mcp();

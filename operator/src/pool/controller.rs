@@ -167,6 +167,8 @@ pub async fn run(
         Some(writer) => controller.owns_stream(
             watcher(pods, config)
                 .default_backoff()
+                // Nothing reads a pooled pod's managedFields.
+                .modify(|pod| pod.managed_fields_mut().clear())
                 .reflect(writer)
                 .touched_objects(),
         ),

@@ -210,11 +210,12 @@ async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result
         plan.apply_failed(session.status.as_ref(), &e.to_string(), Timestamp::now());
     }
     if !write_status(ctx, &ns, session, &plan, applied.is_ok()).await? {
-        // The session read was stale (a newer version, perhaps our own last
-        // status, is on its way through the watch): its next event brings
-        // this reconcile back with it, events and all.
+        // The session read was stale (a newer version, most often our own
+        // last status, is on its way through the watch); its arrival does
+        // not wake the session (`generation_or_wake`), so the plan says how
+        // soon to look again (`Plan::requeue_after`).
         applied?;
-        return Ok(Action::requeue(plan.requeue));
+        return Ok(Action::requeue(plan.requeue_after(false)));
     }
     if applied.is_ok() {
         delete_after_status(ctx, &ns, &plan, &observed).await?;
@@ -226,7 +227,7 @@ async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result
         ctx.publish(session, note).await;
     }
     applied?;
-    Ok(Action::requeue(plan.requeue))
+    Ok(Action::requeue(plan.requeue_after(true)))
 }
 
 /// The session's resolution: its toolsets resolved against the MCP
@@ -643,6 +644,16 @@ fn generation_or_wake(session: &Watched) -> Option<u64> {
     Some(h.finish())
 }
 
+/// Drops a cached session's managedFields: nothing reads them, and at
+/// ten thousand sessions they were a large share of what the session
+/// store holds (every writer's field set, as JSON trees).
+fn slim_session(session: &mut Watched) {
+    match &mut session.0 {
+        Ok(s) => s.metadata.managed_fields = None,
+        Err(invalid) => invalid.metadata.managed_fields = None,
+    }
+}
+
 /// The label every object the operator makes carries.
 const MANAGED: &str = "app.kubernetes.io/managed-by=agentplane";
 
@@ -706,6 +717,7 @@ pub async fn run(
     let (reader, writer) = reflector::store();
     let changed = watcher(sessions, watcher::Config::default())
         .default_backoff()
+        .modify(slim_session)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());

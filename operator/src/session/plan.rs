@@ -32,6 +32,10 @@ pub const MCP_RETRY: Duration = Duration::from_secs(30);
 pub const POD_NOT_READY: Duration = Duration::from_secs(15);
 /// How soon a pod being deleted is looked at again, to create its successor.
 pub const POD_GOING: Duration = Duration::from_secs(2);
+/// How soon a session whose status write was refused as stale is looked at
+/// again: long enough for the watch to bring the newer version, short
+/// enough that nobody waits on it.
+pub const STATUS_REFUSED: Duration = Duration::from_secs(1);
 
 /// What the controller read from the cluster for one session.
 #[derive(Debug, Clone, Default)]
@@ -694,6 +698,21 @@ impl Plan {
             .as_ref()
             .filter(|p| p.metadata.uid == *uid)
             .is_some_and(|p| status::limit_reached(p).is_some())
+    }
+
+    /// When the session is looked at again, given whether the plan's
+    /// status landed. A status refused as stale is retried soon whatever
+    /// the plan's requeue: the newer version's arrival does not wake the
+    /// session (the controller wakes on spec changes, not status ones), so
+    /// with the plan's own requeue a session whose pod had just turned
+    /// Ready stayed Pending until the 5-minute resync (the scale bench's
+    /// stragglers, docs/benchmarks.md).
+    pub fn requeue_after(&self, status_landed: bool) -> Duration {
+        if status_landed {
+            self.requeue
+        } else {
+            self.requeue.min(STATUS_REFUSED)
+        }
     }
 
     /// Rewrites the plan for an apply that failed: the status says so in

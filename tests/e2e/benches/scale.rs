@@ -19,10 +19,11 @@
 //!   ServiceAccount), the API server's, etcd's and kwok's RSS; then the same
 //!   figures idle at the top step.
 //! - churn: create, delete and suspend in turn at `BENCH_SCALE_CHURN_RATE`
-//!   operations/s for `BENCH_SCALE_CHURN_SECONDS`. (The webhook refuses to
-//!   suspend these emptyDir sessions -- suspending needs a claim-backed
-//!   workspace, which the fake nodes have no storage for -- so the suspends
-//!   are counted as refused, not measured.)
+//!   operations/s for `BENCH_SCALE_CHURN_SECONDS`. Suspending needs a
+//!   claim-backed workspace (the webhook refuses it for emptyDir), so the
+//!   suspends go to sessions made for them before the churn, each with a
+//!   volume bound to its claim in advance (fake nodes have no storage for a
+//!   provisioner to serve).
 //! - warm: `BENCH_SCALE_WARM` sessions claimed at once from warm pools of
 //!   100 over the fake nodes (one pool per namespace).
 //! - failover: the leading operator killed; time until the standby holds the
@@ -213,8 +214,10 @@ fn ramp(b: &Bench, steps: &[usize]) -> Vec<Step> {
         let before = proc_sample(b.leader_pid).unwrap_or_default();
         let cluster_before = b.cluster_now();
         let req_before = operator_requests(&b.api.metrics());
+        let creating = Instant::now();
         let failed = b.create(b.session_items(names.into_iter()), None);
         let created_at = Instant::now();
+        let create_secs = created_at.duration_since(creating).as_secs_f64();
         let ready = b.wait_ready(
             &keys,
             Duration::from_secs(env_or("BENCH_SCALE_STEP_TIMEOUT", 1200)),
@@ -228,8 +231,9 @@ fn ramp(b: &Bench, steps: &[usize]) -> Vec<Step> {
             .collect();
         let total: f64 = delta.values().sum();
         println!(
-            "ramp to {top}: {n} of {} new sessions Ready ({failed} creates failed; last create {:.1} s before the last Ready); {rate:.1} sessions/s from first create to last Ready; create->Ready p50 {} p99 {}",
+            "ramp to {top}: {n} of {} new sessions Ready ({failed} creates failed; all created in {create_secs:.1} s, {:.1}/s; last create {:.1} s before the last Ready); {rate:.1} sessions/s from first create to last Ready; create->Ready p50 {} p99 {}",
             keys.len(),
+            keys.len() as f64 / create_secs.max(0.001),
             created_at.elapsed().as_secs_f64(),
             ms(percentile(&lat, 0.5)),
             ms(percentile(&lat, 0.99))
@@ -309,16 +313,57 @@ fn refused(errors: &mut usize, what: &str, name: &str, r: &e2e::api::Reply) {
     }
 }
 
-fn churn(b: &Bench, existing: usize) {
+/// `n` sessions that may be suspended (a claim each, bound in advance to a
+/// volume made for it), made Ready before the churn so that suspending them
+/// is all the churn measures. Returns their (namespace, name).
+fn suspendable_sessions(b: &Bench, n: usize) -> Vec<(String, String)> {
+    let t0 = Instant::now();
+    let mut keys = Vec::new();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let (ns, name) = (b.ns(i), format!("p-{i:05}"));
+        let pv = b.api.post(
+            "/api/v1/persistentvolumes",
+            &scale::static_volume(&ns, &name),
+        );
+        let t = Instant::now();
+        let r = b.api.post(
+            &sessions_path(&ns),
+            &scale::suspendable_session(&ns, &name, &b.image),
+        );
+        if !pv.ok() || !r.ok() {
+            let bad = if pv.ok() { &r } else { &pv };
+            eprintln!(
+                "scale: suspendable {ns}/{name}: {} {}",
+                bad.status,
+                bad.body.chars().take(300).collect::<String>()
+            );
+            continue;
+        }
+        let key = format!("{ns}/{name}");
+        b.tracker.mark_created(key.clone(), t);
+        keys.push(key);
+        out.push((ns, name));
+    }
+    let ready = b.wait_ready(&keys, Duration::from_secs(600));
+    println!(
+        "churn: {ready} of {n} claim-backed sessions to suspend Ready in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    out
+}
+
+fn churn(b: &Bench) {
     let rate: f64 = env_or("BENCH_SCALE_CHURN_RATE", 30.0);
     let secs: f64 = env_or("BENCH_SCALE_CHURN_SECONDS", 60.0);
     let ops = (rate * secs) as usize;
+    let suspendable = suspendable_sessions(b, ops.div_ceil(3));
     let start = Instant::now();
     let before = proc_sample(b.leader_pid).unwrap_or_default();
     let (mut created, mut suspend_at) = (Vec::new(), HashMap::new());
     let (mut deleted, mut errors) = (0, 0);
-    // Deletes and suspends take from opposite ends of the ramp's sessions.
-    let (mut del_i, mut sus_i) = (0usize, existing.saturating_sub(1));
+    let mut suspendable = suspendable.into_iter();
+    let mut del_i = 0usize;
     for op in 0..ops {
         let due = start + Duration::from_secs_f64(op as f64 / rate);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
@@ -350,8 +395,9 @@ fn churn(b: &Bench, existing: usize) {
                 }
             }
             _ => {
-                let (ns, name) = (b.ns(sus_i), format!("s-{sus_i:05}"));
-                sus_i = sus_i.saturating_sub(1);
+                let Some((ns, name)) = suspendable.next() else {
+                    continue;
+                };
                 let t = Instant::now();
                 let r = b.api.merge_patch(
                     &format!("{}/{name}", sessions_path(&ns)),
@@ -719,6 +765,9 @@ fn main() {
         "--allow-node-selector",
         "type=kwok",
         "--allow-tolerations",
+        // The churn's claim-backed sessions (scale::suspendable_session).
+        "--allow-storage-class",
+        scale::STATIC_CLASS,
         "--leader-elect",
         "--lease-namespace",
         SCALE_NS,
@@ -794,12 +843,11 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let top = steps.iter().copied().max().unwrap_or(0);
     if has("ramp") {
         ramp(&b, &steps);
     }
     if has("churn") {
-        churn(&b, top);
+        churn(&b);
     }
     if has("warm") {
         warm(&b);

@@ -67,6 +67,50 @@ pub fn session(ns: &str, name: &str, image: &str, pool: Option<&str>) -> Value {
     s
 }
 
+/// Where a suspendable session's claim is bound: a class no provisioner
+/// serves, so its claim binds only to the volume made for it
+/// ([`static_volume`]).
+pub const STATIC_CLASS: &str = "agentplane-scale-static";
+
+/// A session on a fake node whose workspace is a claim (the operator names
+/// it `<name>-workspace`), so that it may be suspended: the webhook refuses
+/// to suspend an emptyDir session, whose files would be lost.
+pub fn suspendable_session(ns: &str, name: &str, image: &str) -> Value {
+    let mut s = session(ns, name, image, None);
+    s["spec"]["workspace"] = json!({
+        "volumeClaimTemplate": { "spec": {
+            "storageClassName": STATIC_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": "1Mi" } }
+        }}
+    });
+    s
+}
+
+/// A volume bound in advance to the claim of [`suspendable_session`]
+/// `ns/name`. Fake nodes mount nothing, so its hostPath is never used; it
+/// lets the scheduler place the pod as it would with a real volume (no node
+/// affinity), which a provisioner cannot do on nodes whose pods only seem to
+/// run.
+pub fn static_volume(ns: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": format!("{ns}-{name}"),
+            "labels": { "agentplane.dev/scale": "true" }
+        },
+        "spec": {
+            "storageClassName": STATIC_CLASS,
+            "capacity": { "storage": "1Mi" },
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": { "path": "/nonexistent/agentplane-scale" },
+            "claimRef": { "namespace": ns, "name": format!("{name}-workspace") }
+        }
+    })
+}
+
 /// A warm pool of `replicas` sandboxes on fake nodes.
 pub fn warm_pool(ns: &str, name: &str, image: &str, replicas: usize) -> Value {
     let (selector, tolerations) = on_fake_nodes();
