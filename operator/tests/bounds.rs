@@ -343,6 +343,26 @@ fn limit_condition(p: &plan::Plan) -> Option<(String, String)> {
         .map(|c| (c.reason.clone(), c.message.clone()))
 }
 
+/// The pod cache keeps only the part of a pod's spec plans read
+/// (`cache::slim`): the OOM message's memory limit is among it.
+#[test]
+fn an_oom_killed_sandbox_plans_the_same_from_the_cached_pod() {
+    let s = session(json!({}));
+    let pod = with_status(
+        build_pod(&s, &bounded()),
+        json!({"phase": "Running", "containerStatuses": [{
+            "name": "sandbox", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {"startedAt": "2026-12-04T10:00:05Z"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-04T10:00:00Z"}},
+        }]}),
+    );
+    let mut cached = pod.clone();
+    operator::session::cache::slim(&mut cached);
+    let (whole, slim) = (plan_with(&s, Some(pod)), plan_with(&s, Some(cached)));
+    assert_eq!(format!("{whole:?}"), format!("{slim:?}"));
+    assert!(limit_condition(&slim).is_some_and(|(_, m)| m.contains("limit 1Gi")));
+}
+
 #[test]
 fn an_oom_killed_sandbox_shows_in_the_status_with_its_limit() {
     let s = session(json!({}));

@@ -7,6 +7,7 @@ use crds::{AgentSession, AgentSessionSpec, AgentSessionStatus, SessionPhase};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::core::ObjectMeta;
 use operator::context::{self, Backoff, Note};
 use operator::names::SPEC_HASH_ANNOTATION;
@@ -162,6 +163,51 @@ fn a_ready_pod_is_kept_and_the_session_resyncs_slowly() {
     assert_eq!(p.requeue, plan::RESYNC);
 }
 
+/// The pod cache keeps only the part of a pod's spec plans read
+/// (`cache::slim`): every plan from a cached pod is the plan from the whole
+/// one -- current, outdated, unready, going, built before the built-with
+/// annotation (its runner image read from the install container).
+#[test]
+fn a_cached_pod_plans_like_the_whole_pod() {
+    let s = valid();
+    let outdated = {
+        let mut pod = running(&s, true);
+        pod.annotations_mut()
+            .insert(SPEC_HASH_ANNOTATION.into(), "other".into());
+        pod
+    };
+    let legacy = {
+        let mut pod = running(&s, true);
+        pod.annotations_mut()
+            .remove(operator::session::pod::BUILT_WITH_ANNOTATION);
+        pod
+    };
+    let going = {
+        let mut pod = running(&s, false);
+        pod.metadata.deletion_timestamp = Some(Time(now()));
+        pod
+    };
+    let pods = [
+        ("ready", running(&s, true)),
+        ("unready", running(&s, false)),
+        ("outdated", outdated),
+        ("legacy", legacy),
+        ("going", going),
+    ];
+    for (what, pod) in pods {
+        let mut cached = pod.clone();
+        operator::session::cache::slim(&mut cached);
+        assert!(
+            serde_json::to_vec(&cached).unwrap().len()
+                < serde_json::to_vec(&pod).unwrap().len() / 2,
+            "{what}: the cached pod is not much smaller"
+        );
+        let whole = plan_for(&s, Some(pod), &Listings::new());
+        let slim = plan_for(&s, Some(cached), &Listings::new());
+        assert_eq!(format!("{whole:?}"), format!("{slim:?}"), "{what}");
+    }
+}
+
 #[test]
 fn a_refused_status_is_retried_soon_whatever_the_plan_says() {
     let s = valid();
@@ -292,19 +338,22 @@ fn a_steady_state_publishes_nothing() {
     assert!(again.events.is_empty(), "{:?}", again.events);
     assert!(again.pod_events.is_empty());
     assert!(
-        !again.changes_status(Some(&first.status)),
+        !again.changes_status(Some(&first.status), None),
         "a steady state writes no status:\n{:#?}\n{:#?}",
         first.status,
         again.status
     );
-    assert!(first.changes_status(None), "a first status is written");
+    assert!(
+        first.changes_status(None, None),
+        "a first status is written"
+    );
     let changed = plan_for(
         &with_status(&s, first.status.clone()),
         Some(running(&s, false)),
         &Listings::new(),
     );
     assert!(
-        changed.changes_status(Some(&first.status)),
+        changed.changes_status(Some(&first.status), None),
         "a pod that stops being ready is written"
     );
 }
@@ -905,4 +954,80 @@ fn an_idle_exit_suspends_and_a_wake_replaces_the_ended_pod() {
     assert!(reasons(&p.pod_events).contains(&(false, "Resuming")));
     let p = plan::plan(&woken, &Observed::default(), &res, &cfg(), later);
     assert!(matches!(p.pod, PodAction::Create(_)));
+}
+
+/// The session cache holds each distinct set of tool definitions once
+/// (`session::bulk`): the cached session has none of its own, a reconcile
+/// still tells a steady status from a changed one, a version the cache did
+/// not hold is judged changed (and written, conditionally), and deleted or
+/// no-longer-listed sessions leave.
+#[test]
+fn the_cached_status_shares_its_tools_and_still_tells_a_change() {
+    use kube::core::DeserializeGuard;
+    use kube::runtime::watcher::Event;
+    use operator::session::bulk::{Bulk, MAX_SHARED, StatusBulk};
+
+    let s = valid();
+    let first = plan_for(&s, Some(running(&s, true)), &Listings::new());
+    assert!(!first.status.tools.is_empty());
+    let bulk = StatusBulk::default();
+    let cache = |ns: &str, rv: &str, status: AgentSessionStatus| {
+        let mut c = with_status(&s, status);
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.resource_version = Some(rv.into());
+        let mut w = DeserializeGuard(Ok(c));
+        bulk.slim(&mut w);
+        w.0.expect("decoded")
+    };
+    let a = cache("team-a", "10", first.status.clone());
+    let b = cache("team-b", "11", first.status.clone());
+    assert!(a.status.as_ref().expect("status").tools.is_empty());
+    assert!(a.status.as_ref().expect("status").toolsets.is_empty());
+    assert_eq!(bulk.counts(), (2, 1), "two sessions, one shared value");
+    let held = bulk.of(&a).expect("held for the version read");
+    assert_eq!(held.tools, first.status.tools);
+    assert_eq!(held.toolsets, first.status.toolsets);
+
+    let steady = plan_for(&a, Some(running(&s, true)), &Listings::new());
+    assert!(!steady.changes_status(a.status.as_ref(), Some(&held)));
+    let unready = plan_for(&a, Some(running(&s, false)), &Listings::new());
+    assert!(unready.changes_status(a.status.as_ref(), Some(&held)));
+    let other_tools = Bulk {
+        tools: held.tools[1..].to_vec(),
+        toolsets: held.toolsets.clone(),
+    };
+    assert!(steady.changes_status(a.status.as_ref(), Some(&other_tools)));
+    let mut newer = a.clone();
+    newer.metadata.resource_version = Some("12".into());
+    assert!(bulk.of(&newer).is_none(), "another version is not answered");
+    assert!(steady.changes_status(newer.status.as_ref(), None));
+
+    bulk.apply(&Event::Delete(DeserializeGuard(Ok(a.clone()))));
+    assert_eq!(bulk.counts().0, 1);
+    let c = cache("team-c", "13", first.status.clone());
+    assert_eq!(bulk.counts().0, 2);
+    bulk.apply(&Event::Init);
+    bulk.apply(&Event::InitApply(DeserializeGuard(Ok(b.clone()))));
+    bulk.apply(&Event::InitDone);
+    assert_eq!(bulk.counts().0, 1, "a relist keeps only what it listed");
+    assert!(bulk.of(&c).is_none() && bulk.of(&b).is_some());
+
+    // Past the most distinct values shared, a new one stays in its session.
+    let distinct = |i: usize| {
+        let mut st = first.status.clone();
+        st.tools[0].description = format!("variant {i}");
+        st
+    };
+    let kept: Vec<AgentSession> = (0..MAX_SHARED)
+        .map(|i| cache(&format!("ns-{i}"), "1", distinct(i)))
+        .collect();
+    assert_eq!(bulk.counts().1, MAX_SHARED);
+    let beyond = cache("ns-beyond", "1", distinct(MAX_SHARED));
+    assert_eq!(
+        beyond.status.as_ref().expect("status").tools.len(),
+        first.status.tools.len(),
+        "not shared: kept in the session"
+    );
+    assert!(bulk.of(&beyond).is_none());
+    drop(kept);
 }

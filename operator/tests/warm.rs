@@ -265,6 +265,18 @@ fn a_claimed_pod_is_kept_gets_the_sessions_toolset_and_binding_and_is_nudged_onc
         ..Observed::default()
     };
     let plan = plan::plan(&s, &observed, &res, &cfg(), now());
+    // The same from the pod cache's slimmed copy (which ConfigMap it
+    // mounts is among what that keeps).
+    let mut cached = pod.clone();
+    operator::session::cache::slim(&mut cached);
+    let from_cache = Observed {
+        pod: Some(cached),
+        ..Observed::default()
+    };
+    assert_eq!(
+        format!("{:?}", plan::plan(&s, &from_cache, &res, &cfg(), now())),
+        format!("{plan:?}")
+    );
     // Kept (its recorded spec hash is the session's), nudged once.
     let PodAction::Touch { name, uid, bound } = &plan.pod else {
         panic!("expected a touch, got {:?}", plan.pod);

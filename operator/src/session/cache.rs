@@ -87,10 +87,53 @@ impl std::fmt::Debug for Caches {
     }
 }
 
-/// Drops what a pod carries that no reconcile reads and that is a large
-/// part of its size: the managed-fields bookkeeping.
+/// Drops what a cached pod carries that no reconcile reads: the
+/// managed-fields bookkeeping and most of its spec (the scale bench: about
+/// 30 KiB of operator memory per cached sandbox pod, most of it spec).
+///
+/// What a plan reads of a pod's spec is kept, and only that: the toolset
+/// volume (which ConfigMap a claimed warm pod mounts), the install
+/// container's image (the runner image of a pod from before the built-with
+/// annotation), the sandbox container's resources (its memory limit, named
+/// in `LimitReached`) and the node. Metadata and status are kept whole. A
+/// plan made from a slimmed pod is the plan made from the whole one
+/// (operator/tests/plan.rs, `a_cached_pod_plans_like_the_whole_pod`);
+/// whoever reads more of the spec must keep it here.
 pub fn slim(pod: &mut Pod) {
+    use crate::session::pod::{INSTALL_CONTAINER, SANDBOX_CONTAINER, TOOLSET_VOLUME};
     pod.managed_fields_mut().clear();
+    let Some(spec) = pod.spec.take() else {
+        return;
+    };
+    let kept = |c: &k8s_openapi::api::core::v1::Container, with_image: bool| {
+        k8s_openapi::api::core::v1::Container {
+            name: c.name.clone(),
+            image: c.image.clone().filter(|_| with_image),
+            resources: c.resources.clone().filter(|_| !with_image),
+            ..Default::default()
+        }
+    };
+    pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        containers: spec
+            .containers
+            .iter()
+            .filter(|c| c.name == SANDBOX_CONTAINER)
+            .map(|c| kept(c, false))
+            .collect(),
+        init_containers: spec.init_containers.map(|cs| {
+            cs.iter()
+                .filter(|c| c.name == INSTALL_CONTAINER)
+                .map(|c| kept(c, true))
+                .collect()
+        }),
+        volumes: spec.volumes.map(|vs| {
+            vs.into_iter()
+                .filter(|v| v.name == TOOLSET_VOLUME)
+                .collect()
+        }),
+        node_name: spec.node_name,
+        ..Default::default()
+    });
 }
 
 impl Caches {

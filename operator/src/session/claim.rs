@@ -206,7 +206,7 @@ pub fn toolset_configmap_name(pod: &Pod) -> Option<String> {
         .volumes
         .as_ref()?
         .iter()
-        .find(|v| v.name == "toolset")?
+        .find(|v| v.name == crate::session::pod::TOOLSET_VOLUME)?
         .config_map
         .as_ref()
         .map(|c| c.name.clone())

@@ -40,6 +40,7 @@ use crate::mcp::destinations::Destinations;
 use crate::names::BOUND_ANNOTATION;
 use crate::policy;
 use crate::resolution::{self, CondSpec, Listings, Resolution};
+use crate::session::bulk::StatusBulk;
 use crate::session::cache::{self, Caches};
 use crate::session::claiming;
 use crate::session::lifecycle;
@@ -87,6 +88,9 @@ pub struct SessionContext {
     pub caches: Caches,
     /// Most sessions reconciled at once (`--max-concurrent-reconciles`).
     pub concurrency: u16,
+    /// The cached sessions' tool definitions, shared (see
+    /// [`crate::session::bulk`]).
+    pub bulk: Arc<StatusBulk>,
     metrics: Metrics,
 }
 
@@ -108,6 +112,7 @@ impl SessionContext {
             written: Written::default(),
             caches: Caches::default(),
             concurrency: MAX_CONCURRENT_RECONCILES,
+            bulk: Arc::default(),
             metrics: Metrics::new(),
         }
     }
@@ -379,7 +384,7 @@ async fn take_for_fork(
 /// [`Plan::status_apply`]): the session comes from the watch cache, which
 /// can lag behind our own last write. `Ok(false)`: refused as stale.
 async fn write_status(
-    ctx: &Context,
+    ctx: &SessionContext,
     ns: &str,
     session: &AgentSession,
     plan: &Plan,
@@ -389,7 +394,8 @@ async fn write_status(
     let sessions: Api<AgentSession> = Api::namespaced(ctx.client.clone(), ns);
     // A resync that finds everything as the status already says writes
     // nothing: at scale most reconciles are such resyncs.
-    let unchanged = applied && !plan.changes_status(session.status.as_ref());
+    let bulk = ctx.bulk.of(session);
+    let unchanged = applied && !plan.changes_status(session.status.as_ref(), bulk.as_deref());
     let status = async {
         if unchanged {
             return Ok(true);
@@ -715,10 +721,15 @@ pub async fn run(
     let sessions: Api<Watched> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let (reader, writer) = reflector::store();
+    let (bulk, bulk_events) = (Arc::clone(&ctx.bulk), Arc::clone(&ctx.bulk));
     let changed = watcher(sessions, watcher::Config::default())
         .default_backoff()
-        .modify(slim_session)
+        .modify(move |session| {
+            slim_session(session);
+            bulk.slim(session);
+        })
         .reflect(writer)
+        .inspect_ok(move |event| bulk_events.apply(event))
         .applied_objects()
         .predicate_filter(generation_or_wake, Default::default());
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));

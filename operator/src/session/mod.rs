@@ -9,6 +9,7 @@
 //! servers through the `mcp` wing; it never imports the `pool` wing (a
 //! claim reads the pool controller's caches through the shared context).
 
+pub mod bulk;
 pub mod cache;
 pub mod claim;
 pub mod claiming;

@@ -17,6 +17,7 @@ use crate::context::Note;
 use crate::names::{BOUND_ANNOTATION, Names, SPEC_HASH_ANNOTATION, owned_by};
 use crate::resolution::{CondSpec, Resolution};
 use crate::sandbox::PodConfig;
+use crate::session::bulk::Bulk;
 use crate::session::claim;
 use crate::session::egress;
 use crate::session::lifecycle::{self, Stage};
@@ -135,8 +136,31 @@ impl Plan {
     /// status the reconcile read. When it does not, writing it again would
     /// change nothing but cost an API call (and, at scale, most reconciles
     /// are resyncs that find everything as it was).
-    pub fn changes_status(&self, previous: Option<&AgentSessionStatus>) -> bool {
-        previous != Some(&self.status)
+    ///
+    /// `bulk` is the previous status's tool definitions and toolsets when
+    /// the session cache holds them apart ([`crate::session::bulk`]): the
+    /// previous status then has none of its own, and is compared with
+    /// this one less those.
+    pub fn changes_status(
+        &self,
+        previous: Option<&AgentSessionStatus>,
+        bulk: Option<&Bulk>,
+    ) -> bool {
+        let Some(previous) = previous else {
+            return true;
+        };
+        let Some(bulk) = bulk else {
+            return *previous != self.status;
+        };
+        if bulk.tools != self.status.tools || bulk.toolsets != self.status.toolsets {
+            return true;
+        }
+        let rest = AgentSessionStatus {
+            tools: Vec::new(),
+            toolsets: Vec::new(),
+            ..self.status.clone()
+        };
+        *previous != rest
     }
 
     /// The server-side apply body of this plan's status for `session`. It

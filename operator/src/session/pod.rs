@@ -40,6 +40,8 @@ pub const TOOLSET_FILE: &str = "toolset.json";
 pub const SANDBOX_CONTAINER: &str = "sandbox";
 /// The init container that copies the runner into the sandbox pod.
 pub const INSTALL_CONTAINER: &str = "install-runner";
+/// The volume that carries the session's toolset (its ConfigMap).
+pub const TOOLSET_VOLUME: &str = "toolset";
 /// The non-root identity sandbox processes run as.
 pub const SANDBOX_UID: i64 = 65532;
 
@@ -146,7 +148,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
         empty_dir(RUN_VOLUME, cfg.disk.runner.clone()),
         empty_dir("tmp", cfg.disk.tmp.clone()),
         Volume {
-            name: "toolset".to_owned(),
+            name: TOOLSET_VOLUME.to_owned(),
             config_map: Some(ConfigMapVolumeSource {
                 name: names.configmap.clone(),
                 optional: warm.then_some(true),
@@ -376,7 +378,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
     let mut mounts = vec![
         mount(BIN_VOLUME, SANDBOX_BIN_DIR, true),
         mount(RUN_VOLUME, RUN_DIR, false),
-        mount("toolset", TOOLSET_DIR, true),
+        mount(TOOLSET_VOLUME, TOOLSET_DIR, true),
         mount("workspace", &spec.workdir, false),
         mount("tmp", "/tmp", false),
     ];
