@@ -27,7 +27,8 @@ use crds::{AgentSession, ToolStatus};
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
-use crate::session::controller::Watched;
+/// A watched session, as the controller's watch delivers it.
+type Watched = kube::core::DeserializeGuard<AgentSession>;
 
 /// Most distinct values shared at once; past it, the values no cached
 /// session uses any more are dropped, and a new value beyond that stays in

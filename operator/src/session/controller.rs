@@ -45,6 +45,7 @@ use crate::session::cache::{self, Caches};
 use crate::session::claiming;
 use crate::session::lifecycle;
 use crate::session::observe::{earlier_scheme, observe};
+use crate::session::own_writes::OwnWrites;
 use crate::session::plan::{self, Observed, Plan, PodAction};
 use crate::session::unreadable;
 use crate::session::written::{self, Written};
@@ -91,6 +92,9 @@ pub struct SessionContext {
     /// The cached sessions' tool definitions, shared (see
     /// [`crate::session::bulk`]).
     pub bulk: Arc<StatusBulk>,
+    /// The sessions as our last status writes left them (see
+    /// [`crate::session::own_writes`]).
+    pub own_writes: Arc<OwnWrites>,
     metrics: Metrics,
 }
 
@@ -113,6 +117,7 @@ impl SessionContext {
             caches: Caches::default(),
             concurrency: MAX_CONCURRENT_RECONCILES,
             bulk: Arc::default(),
+            own_writes: Arc::default(),
             metrics: Metrics::new(),
         }
     }
@@ -184,7 +189,11 @@ pub async fn reconcile(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Resul
     result
 }
 
-async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result<Action> {
+async fn reconcile_inner(cached: &AgentSession, ctx: &SessionContext) -> Result<Action> {
+    // Our last status write, when the watch has not brought it yet: the
+    // newest version we know (see `own_writes`).
+    let newer = ctx.own_writes.newer_than(cached);
+    let session = newer.as_deref().unwrap_or(cached);
     if session.metadata.deletion_timestamp.is_some() {
         // Owner references hand the pod, ConfigMap and claim to the garbage
         // collector; nothing is left to do.
@@ -214,7 +223,7 @@ async fn reconcile_inner(session: &AgentSession, ctx: &SessionContext) -> Result
         tracing::warn!(session = %key(session), error = %e, "applying the session's objects failed");
         plan.apply_failed(session.status.as_ref(), &e.to_string(), Timestamp::now());
     }
-    if !write_status(ctx, &ns, session, &plan, applied.is_ok()).await? {
+    if !write_status(ctx, &ns, cached, session, &plan, applied.is_ok()).await? {
         // The session read was stale (a newer version, most often our own
         // last status, is on its way through the watch); its arrival does
         // not wake the session (`generation_or_wake`), so the plan says how
@@ -382,10 +391,15 @@ async fn take_for_fork(
 ///
 /// The apply is conditional on the session's resourceVersion (see
 /// [`Plan::status_apply`]): the session comes from the watch cache, which
-/// can lag behind our own last write. `Ok(false)`: refused as stale.
+/// can lag behind our own last write, or from that write's answer (see
+/// [`crate::session::own_writes`]), which a change by someone else the
+/// watch has not shown yet makes stale. `Ok(false)`: refused as stale.
+/// A write that lands is recorded against `cached`, the version the cache
+/// held.
 async fn write_status(
     ctx: &SessionContext,
     ns: &str,
+    cached: &AgentSession,
     session: &AgentSession,
     plan: &Plan,
     applied: bool,
@@ -404,7 +418,10 @@ async fn write_status(
             .patch_status(&session.name_any(), &apply_params(), &Patch::Apply(&body))
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(written) => {
+                ctx.own_writes.record(cached, written);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 tracing::info!(
                     session = %key(session),
@@ -706,6 +723,34 @@ fn forks_of(
     }
 }
 
+/// The sessions that need a reconcile, from a watch that also fills the
+/// session store (slimmed: see [`slim_session`] and
+/// [`crate::session::bulk`]) and keeps the shared status parts and our own
+/// writes' records in step with it.
+fn session_changes(
+    ctx: &SessionContext,
+    writer: reflector::store::Writer<Watched>,
+) -> impl futures::Stream<Item = std::result::Result<Watched, watcher::Error>> + Send + 'static {
+    // Through the guard, one object that cannot be decoded is reported on
+    // its own status instead of failing the list and stalling every session.
+    let sessions: Api<Watched> = Api::all(ctx.client.clone());
+    let (bulk, bulk_events) = (Arc::clone(&ctx.bulk), Arc::clone(&ctx.bulk));
+    let own_writes = Arc::clone(&ctx.own_writes);
+    watcher(sessions, watcher::Config::default())
+        .default_backoff()
+        .modify(move |session| {
+            slim_session(session);
+            bulk.slim(session);
+        })
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            bulk_events.apply(event);
+            own_writes.apply(event);
+        })
+        .applied_objects()
+        .predicate_filter(generation_or_wake, Default::default())
+}
+
 /// Runs the controller until `shutdown` resolves.
 ///
 /// Sessions trigger a reconcile only when their generation changes (a spec
@@ -716,22 +761,9 @@ pub async fn run(
     ctx: Arc<SessionContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    // Through the guard, one object that cannot be decoded is reported on
-    // its own status instead of failing the list and stalling every session.
-    let sessions: Api<Watched> = Api::all(ctx.client.clone());
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let (reader, writer) = reflector::store();
-    let (bulk, bulk_events) = (Arc::clone(&ctx.bulk), Arc::clone(&ctx.bulk));
-    let changed = watcher(sessions, watcher::Config::default())
-        .default_backoff()
-        .modify(move |session| {
-            slim_session(session);
-            bulk.slim(session);
-        })
-        .reflect(writer)
-        .inspect_ok(move |event| bulk_events.apply(event))
-        .applied_objects()
-        .predicate_filter(generation_or_wake, Default::default());
+    let changed = session_changes(&ctx, writer);
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let forks = forks_of(reader.clone());
     let checkpoints: Api<AgentCheckpoint> = Api::all(ctx.client.clone());

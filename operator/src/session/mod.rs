@@ -17,6 +17,7 @@ pub mod controller;
 pub mod egress;
 pub mod lifecycle;
 pub mod observe;
+pub mod own_writes;
 pub mod plan;
 pub mod pod;
 pub mod status;
