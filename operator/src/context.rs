@@ -74,10 +74,7 @@ pub struct Backoff {
 
 impl Backoff {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        match self.failures.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        locked(&self.failures)
     }
 
     /// Records one failure of `key`; how long to wait before the next try.
@@ -144,9 +141,15 @@ impl std::fmt::Debug for Context {
 }
 
 pub(crate) fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
-    match slot.lock() {
-        Ok(mut w) => w.take(),
-        Err(poisoned) => poisoned.into_inner().take(),
+    locked(slot).take()
+}
+
+/// The guard of `m`, poisoned or not: what the operator keeps under its
+/// mutexes (records, counters) stays usable after a panic elsewhere.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
     }
 }
 

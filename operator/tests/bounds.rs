@@ -343,19 +343,24 @@ fn limit_condition(p: &plan::Plan) -> Option<(String, String)> {
         .map(|c| (c.reason.clone(), c.message.clone()))
 }
 
-/// The pod cache keeps only the part of a pod's spec plans read
-/// (`cache::slim`): the OOM message's memory limit is among it.
-#[test]
-fn an_oom_killed_sandbox_plans_the_same_from_the_cached_pod() {
-    let s = session(json!({}));
-    let pod = with_status(
-        build_pod(&s, &bounded()),
+/// `s`'s pod, running again after the kernel killed its sandbox for memory.
+fn oom_killed(s: &AgentSession) -> Pod {
+    with_status(
+        build_pod(s, &bounded()),
         json!({"phase": "Running", "containerStatuses": [{
             "name": "sandbox", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
             "state": {"running": {"startedAt": "2026-12-04T10:00:05Z"}},
             "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-04T10:00:00Z"}},
         }]}),
-    );
+    )
+}
+
+/// The pod cache keeps only the part of a pod's spec plans read
+/// (`cache::slim`): the OOM message's memory limit is among it.
+#[test]
+fn an_oom_killed_sandbox_plans_the_same_from_the_cached_pod() {
+    let s = session(json!({}));
+    let pod = oom_killed(&s);
     let mut cached = pod.clone();
     operator::session::cache::slim(&mut cached);
     let (whole, slim) = (plan_with(&s, Some(pod)), plan_with(&s, Some(cached)));
@@ -366,14 +371,7 @@ fn an_oom_killed_sandbox_plans_the_same_from_the_cached_pod() {
 #[test]
 fn an_oom_killed_sandbox_shows_in_the_status_with_its_limit() {
     let s = session(json!({}));
-    let pod = with_status(
-        build_pod(&s, &bounded()),
-        json!({"phase": "Running", "containerStatuses": [{
-            "name": "sandbox", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
-            "state": {"running": {"startedAt": "2026-12-04T10:00:05Z"}},
-            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-12-04T10:00:00Z"}},
-        }]}),
-    );
+    let pod = oom_killed(&s);
     let p = plan_with(&s, Some(pod));
     let (reason, message) = limit_condition(&p).expect("LimitReached");
     assert_eq!(reason, "OOMKilled");

@@ -58,10 +58,7 @@ fn key_of(session: &AgentSession) -> Option<Key> {
 
 impl OwnWrites {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Record>> {
-        match self.records.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::context::locked(&self.records)
     }
 
     /// Records a status write that returned `written`, made while the

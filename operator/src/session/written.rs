@@ -40,10 +40,7 @@ pub fn digest<T: serde::Serialize>(obj: &T) -> u64 {
 
 impl Written {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Record>> {
-        match self.records.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::context::locked(&self.records)
     }
 
     /// Whether the object on the server (`observed_version`) is the one our
