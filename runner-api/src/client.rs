@@ -20,9 +20,10 @@ use crate::error::Error;
 use crate::proto::run_event::Event;
 use crate::proto::runner_client::RunnerClient;
 use crate::proto::{
-    AttachRequest, CancelRequest, ExportChunk, ExportHeader, ExportRequest, ImportChunk,
-    ImportHeader, ImportResponse, ListToolsRequest, RunEvent, RunRequest, ToolDefinition,
-    export_chunk, import_chunk,
+    AttachRequest, CancelRequest, ExportChunk, ExportHeader, ExportRequest, Held, HoldEvent,
+    HoldRelease, HoldRequest, HoldStart, ImportChunk, ImportHeader, ImportResponse,
+    ListToolsRequest, Released, RunEvent, RunRequest, ToolDefinition, export_chunk, hold_event,
+    hold_request, import_chunk,
 };
 
 /// One tool call as the model sees it. `is_error` marks a tool-level
@@ -212,6 +213,38 @@ impl Client {
         Ok(self.runner.import(first.chain(rest)).await?.into_inner())
     }
 
+    /// Holds the runner's workspace still (see the `Hold` RPC): returns once
+    /// it is held, with bash's state when asked; calls run again when the
+    /// hold is released, dropped, or its `max_seconds` (0: the runner's
+    /// default) have passed.
+    pub async fn hold(&mut self, shell_state: bool, max_seconds: u32) -> Result<Holding, Error> {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let start = HoldRequest {
+            step: Some(hold_request::Step::Start(HoldStart {
+                shell_state,
+                max_seconds,
+            })),
+        };
+        tx.send(start).await.map_err(|_| Error::Broken {
+            code: tonic::Code::Internal,
+            message: "the hold's request stream closed".into(),
+        })?;
+        let mut events = self
+            .runner
+            .hold(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        match events.message().await? {
+            Some(HoldEvent {
+                event: Some(hold_event::Event::Held(held)),
+            }) => Ok(Holding { held, tx, events }),
+            _ => Err(Error::Broken {
+                code: tonic::Code::Internal,
+                message: "the runner's hold did not start with `held`".into(),
+            }),
+        }
+    }
+
     /// Whether the runner reports SERVING on the standard health service
     /// (it stops doing so when it starts draining for shutdown).
     pub async fn health(&mut self) -> Result<bool, Error> {
@@ -242,6 +275,42 @@ impl Events {
                 // An empty event carries nothing (a newer runner's kind).
                 Some(RunEvent { event: None }) => {}
                 None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// A workspace held still by [`Client::hold`]. Dropping it ends the hold
+/// too (the runner sees the stream close).
+#[derive(Debug)]
+pub struct Holding {
+    /// What the runner sent once the workspace was still.
+    pub held: Held,
+    tx: tokio::sync::mpsc::Sender<HoldRequest>,
+    events: tonic::Streaming<HoldEvent>,
+}
+
+impl Holding {
+    /// Ends the hold; the runner's account of it. A hold that had already
+    /// ended (its deadline) says so in `why`.
+    pub async fn release(mut self) -> Result<Released, Error> {
+        let release = HoldRequest {
+            step: Some(hold_request::Step::Release(HoldRelease {})),
+        };
+        // Already ended by the runner: its `released` is still to be read.
+        let _ = self.tx.send(release).await;
+        loop {
+            match self.events.message().await? {
+                Some(HoldEvent {
+                    event: Some(hold_event::Event::Released(r)),
+                }) => return Ok(r),
+                Some(_) => {}
+                None => {
+                    return Err(Error::Broken {
+                        code: tonic::Code::Unavailable,
+                        message: "the hold's stream ended without `released`".into(),
+                    });
+                }
             }
         }
     }

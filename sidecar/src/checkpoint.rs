@@ -62,10 +62,30 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
-    /// Bytes of `archive.tar`.
+    /// Bytes of `archive.tar` (0 when the files are on a volume).
     pub archive_bytes: u64,
     /// Whether `shell-state.pb` is part of the set.
     pub shell_state: bool,
+    /// Where the files are.
+    #[serde(default)]
+    pub files: Files,
+    /// The checkpoint's UID, for a checkpoint whose files are on a volume:
+    /// the fork's own import is told apart by it from one its source had
+    /// made (the source's state directory comes with the volume).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checkpoint: String,
+}
+
+/// Where a checkpoint's files are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Files {
+    /// In `archive.tar`, imported into the workdir.
+    #[default]
+    Archive,
+    /// Already in the workdir: the fork's workspace claim was made from a
+    /// VolumeSnapshot of its source's. Only bash's state is imported.
+    Volume,
 }
 
 /// The sink's settings (the command line's).
@@ -107,6 +127,7 @@ impl RunnerRpc for Sink {
     type RunStreamStream = ReceiverStream<Result<RunEvent, Status>>;
     type AttachStream = ReceiverStream<Result<RunEvent, Status>>;
     type ExportStream = ReceiverStream<Result<ExportChunk, Status>>;
+    type HoldStream = ReceiverStream<Result<runner_api::proto::HoldEvent, Status>>;
 
     async fn run(&self, _: Request<RunRequest>) -> Result<Response<RunResponse>, Status> {
         Err(not_here())
@@ -136,6 +157,12 @@ impl RunnerRpc for Sink {
         &self,
         _: Request<ExportRequest>,
     ) -> Result<Response<Self::ExportStream>, Status> {
+        Err(not_here())
+    }
+    async fn hold(
+        &self,
+        _: Request<tonic::Streaming<runner_api::proto::HoldRequest>>,
+    ) -> Result<Response<Self::HoldStream>, Status> {
         Err(not_here())
     }
 
@@ -270,6 +297,8 @@ fn store(
     let manifest = Manifest {
         archive_bytes,
         shell_state: state.is_some(),
+        files: Files::Archive,
+        checkpoint: String::new(),
     };
     let body = serde_json::to_vec(&manifest)
         .map_err(|e| Error::io("cannot encode the manifest", std::io::Error::other(e)))?;
@@ -416,9 +445,6 @@ pub enum Restored {
 /// written through one.
 pub async fn restore(runner: &Runner, from: &Path, state_dir: &Path) -> Result<Restored, Error> {
     let marker = state_dir.join(RESTORED_MARKER);
-    if fs::symlink_metadata(&marker).is_ok() {
-        return Ok(Restored::Already);
-    }
     let manifest_path = from.join(MANIFEST_FILE);
     let manifest: Manifest =
         serde_json::from_slice(&read_bounded(&manifest_path, MAX_MANIFEST_BYTES)?).map_err(
@@ -429,6 +455,9 @@ pub async fn restore(runner: &Runner, from: &Path, state_dir: &Path) -> Result<R
                 ),
             },
         )?;
+    if already_restored(&marker, &manifest) {
+        return Ok(Restored::Already);
+    }
     let shell_state = if manifest.shell_state {
         let bytes = read_bounded(&from.join(STATE_FILE), MAX_STATE_BYTES)?;
         Some(
@@ -442,6 +471,9 @@ pub async fn restore(runner: &Runner, from: &Path, state_dir: &Path) -> Result<R
     } else {
         None
     };
+    if manifest.files == Files::Volume {
+        return restore_state(runner, shell_state, state_dir, &marker, &manifest).await;
+    }
     let archive_path = from.join(ARCHIVE_FILE);
     let archive = File::open(&archive_path)
         .map_err(|e| Error::io(format!("cannot open {}", archive_path.display()), e))?;
@@ -476,5 +508,70 @@ pub async fn restore(runner: &Runner, from: &Path, state_dir: &Path) -> Result<R
     Ok(Restored::Imported {
         entries: done.entries,
         file_bytes: done.file_bytes,
+    })
+}
+
+/// Whether `marker` says this checkpoint was imported here already. For an
+/// archive any marker does (it is in the fork's own state directory); for
+/// files on a volume only one naming this checkpoint: the volume brought
+/// its source's state directory, and with it any marker its source had.
+fn already_restored(marker: &Path, manifest: &Manifest) -> bool {
+    match manifest.files {
+        Files::Archive => fs::symlink_metadata(marker).is_ok(),
+        Files::Volume => {
+            let mut buf = Vec::new();
+            File::open(marker)
+                .and_then(|f| f.take(MAX_MANIFEST_BYTES).read_to_end(&mut buf))
+                .is_ok()
+                && buf == marker_text(&manifest.checkpoint).as_bytes()
+        }
+    }
+}
+
+fn marker_text(checkpoint: &str) -> String {
+    format!("imported checkpoint {checkpoint}\n")
+}
+
+/// A fork whose files came with its volume: its source's bash state (in
+/// the state directory the volume brought) is never used -- it holds the
+/// source runner's environment -- and the checkpoint's state, when it has
+/// one, replaces it.
+async fn restore_state(
+    runner: &Runner,
+    shell_state: Option<ShellState>,
+    state_dir: &Path,
+    marker: &Path,
+    manifest: &Manifest,
+) -> Result<Restored, Error> {
+    if manifest.checkpoint.is_empty() {
+        return Err(Error::TransferRefused {
+            message:
+                "the checkpoint's manifest says its files are on a volume but names no checkpoint"
+                    .into(),
+        });
+    }
+    runner.forget_shell_state()?;
+    let _ = fs::remove_file(marker);
+    if let Some(state) = shell_state {
+        let header = ImportHeader {
+            path: String::new(),
+            overwrite: true,
+            max_bytes: 0,
+            max_entries: 0,
+            allow_escaping_symlinks: false,
+            shell_state: Some(state),
+        };
+        // An archive of no entries: only the state is installed.
+        runner
+            .import(header, std::io::Cursor::new(vec![0u8; 1024]))
+            .await?;
+    }
+    fs::create_dir_all(state_dir)
+        .map_err(|e| Error::io(format!("cannot create {}", state_dir.display()), e))?;
+    fs::write(marker, marker_text(&manifest.checkpoint))
+        .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+    Ok(Restored::Imported {
+        entries: 0,
+        file_bytes: 0,
     })
 }

@@ -137,7 +137,7 @@ struct Inner {
     /// of an import into place: an export sees no call half done. Fair
     /// (tokio's lock queues in order), so calls that arrive while an
     /// export waits wait behind it.
-    workspace: tokio::sync::RwLock<()>,
+    workspace: Arc<tokio::sync::RwLock<()>>,
     transfers: crate::transfer::Transfers,
     /// One export or import at a time.
     transfer_slot: Arc<tokio::sync::Semaphore>,
@@ -210,7 +210,7 @@ impl Runner {
                 max_concurrent_calls: limits.max_concurrent_calls,
                 gate,
                 alarm: config.alarm,
-                workspace: tokio::sync::RwLock::new(()),
+                workspace: Arc::new(tokio::sync::RwLock::new(())),
                 transfers,
                 transfer_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             }),
@@ -507,6 +507,38 @@ impl Runner {
         res
     }
 
+    /// Holds the workspace still for a copy of its volume taken from
+    /// outside (see [`Held`]): waits for the calls that may change it,
+    /// holds new ones, pauses background jobs and flushes the filesystem.
+    /// Calls run again when the returned hold is dropped.
+    pub async fn hold(&self, shell_state: bool) -> Result<Held, Error> {
+        let slot = self.transfer_slot()?;
+        self.touch();
+        let still = Arc::clone(&self.inner.workspace).write_owned().await;
+        let this = self.clone();
+        let (state, paused) = tokio::task::spawn_blocking(move || {
+            this.inner.transfers.hold(&this.inner.ctx, shell_state)
+        })
+        .await
+        .map_err(|e| Error::io("a hold task failed", std::io::Error::other(e)))??;
+        Ok(Held {
+            shell_state: state,
+            since: Instant::now(),
+            _paused: paused,
+            _still: still,
+            _slot: slot,
+        })
+    }
+
+    /// Drops bash's saved state: the next call starts a fresh shell.
+    pub fn forget_shell_state(&self) -> Result<(), Error> {
+        self.inner
+            .ctx
+            .snapshot
+            .clear()
+            .map_err(|e| Error::io("cannot remove bash's saved state", e))
+    }
+
     /// Unpacks an archive read from `input` into a staging directory, then,
     /// holding the workspace still, moves it into place and installs its
     /// bash state; see [`crate::transfer`].
@@ -533,6 +565,20 @@ impl Runner {
         self.touch();
         res
     }
+}
+
+/// The workspace held still: no bash, write or edit call runs and the
+/// session's background jobs are stopped until this is dropped (fields
+/// drop in order: jobs continue, then calls, then the transfer slot).
+#[derive(Debug)]
+pub struct Held {
+    /// bash's state as the next call would start from it, when asked.
+    pub shell_state: Option<runner_api::proto::ShellState>,
+    /// When calls were first held.
+    pub since: Instant,
+    _paused: crate::transfer::Paused,
+    _still: tokio::sync::OwnedRwLockWriteGuard<()>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Runs blocking file work for the current call. On the multi-thread

@@ -21,9 +21,10 @@ use crate::error::Error;
 use crate::runner::Runner;
 use runner_api::proto::runner_server::{Runner as RunnerRpc, RunnerServer};
 use runner_api::proto::{
-    AttachRequest, CancelRequest, CancelResponse, ExportChunk, ExportRequest, ImportChunk,
-    ImportResponse, ListToolsRequest, ListToolsResponse, RunEvent, RunRequest, RunResponse,
-    ToolDefinition, export_chunk, import_chunk,
+    AttachRequest, CancelRequest, CancelResponse, ExportChunk, ExportRequest, Held, HoldEvent,
+    HoldRequest, ImportChunk, ImportResponse, ListToolsRequest, ListToolsResponse, Released,
+    RunEvent, RunRequest, RunResponse, ToolDefinition, export_chunk, hold_event, hold_request,
+    import_chunk,
 };
 
 /// The tonic service over a [`Runner`].
@@ -87,6 +88,7 @@ impl RunnerRpc for Service {
     type RunStreamStream = ReceiverStream<Result<RunEvent, Status>>;
     type AttachStream = ReceiverStream<Result<RunEvent, Status>>;
     type ExportStream = ReceiverStream<Result<ExportChunk, Status>>;
+    type HoldStream = ReceiverStream<Result<HoldEvent, Status>>;
 
     async fn export(
         &self,
@@ -104,6 +106,62 @@ impl RunnerRpc for Service {
         tokio::spawn(async move {
             let _guard = guard;
             send_archive(exported, tx).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn hold(
+        &self,
+        request: Request<tonic::Streaming<HoldRequest>>,
+    ) -> Result<Response<Self::HoldStream>, Status> {
+        let mut stream = request.into_inner();
+        let start = match tokio::time::timeout(IMPORT_IDLE, stream.message()).await {
+            Ok(Ok(Some(HoldRequest {
+                step: Some(hold_request::Step::Start(start)),
+            }))) => start,
+            Ok(Err(e)) => return Err(e),
+            _ => {
+                return Err(runner_api::Refusal::TransferRefused
+                    .status("a hold's first message must be its start"));
+            }
+        };
+        let seconds = hold_seconds(start.max_seconds)?;
+        // Not counted as in flight: a shutdown ends a hold (the runner
+        // exits and no call runs after it) instead of waiting for it.
+        let held = self.runner.hold(start.shell_state).await.map_err(|e| {
+            tracing::warn!(error = %e, "hold not taken");
+            e.to_status()
+        })?;
+        tracing::info!(seconds, "workspace held for a copy of its volume");
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let first = HoldEvent {
+            event: Some(hold_event::Event::Held(Held {
+                shell_state: held.shell_state.clone(),
+                max_seconds: seconds,
+            })),
+        };
+        if tx.send(Ok(first)).await.is_err() {
+            return Err(Status::cancelled("the client went away"));
+        }
+        tokio::spawn(async move {
+            let deadline = tokio::time::sleep(Duration::from_secs(u64::from(seconds)));
+            let why = tokio::select! {
+                () = deadline => "deadline",
+                next = stream.message() => match next {
+                    Ok(Some(HoldRequest { step: Some(hold_request::Step::Release(_)) })) => "release",
+                    _ => "closed",
+                },
+            };
+            let held_millis = u64::try_from(held.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+            drop(held);
+            tracing::info!(why, held_millis, "workspace released");
+            let last = HoldEvent {
+                event: Some(hold_event::Event::Released(Released {
+                    why: why.to_owned(),
+                    held_millis,
+                })),
+            };
+            let _ = tx.send(Ok(last)).await;
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -270,6 +328,22 @@ impl RunnerRpc for Service {
 
 /// How long an import waits for its next message before it is refused.
 pub const IMPORT_IDLE: Duration = Duration::from_secs(60);
+
+/// Most seconds a hold may keep calls waiting.
+pub const MAX_HOLD_SECONDS: u32 = 300;
+/// A hold's bound when the client asks for none.
+pub const DEFAULT_HOLD_SECONDS: u32 = 60;
+
+/// The seconds a hold asked for `asked` gets (0: the default), or its refusal.
+fn hold_seconds(asked: u32) -> Result<u32, Status> {
+    match asked {
+        0 => Ok(DEFAULT_HOLD_SECONDS),
+        s if s > MAX_HOLD_SECONDS => Err(runner_api::Refusal::TransferRefused.status(format!(
+            "max_seconds {s} is over the most a hold may keep calls waiting ({MAX_HOLD_SECONDS} s)"
+        ))),
+        s => Ok(s),
+    }
+}
 
 /// Most bytes of an archive in one message.
 pub const ARCHIVE_CHUNK_BYTES: usize = 1 << 20;

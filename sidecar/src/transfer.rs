@@ -200,6 +200,28 @@ impl Transfers {
         })
     }
 
+    /// What a hold does once the workspace is still: bash's state (when
+    /// asked) relative to the workdir, background jobs paused, and the
+    /// workspace's filesystem flushed to its disk, so a copy of the volume
+    /// taken now holds every write a finished call made. The jobs stay
+    /// paused until the returned guard is dropped.
+    pub fn hold(
+        &self,
+        ctx: &Ctx,
+        shell_state: bool,
+    ) -> Result<(Option<ShellState>, Paused), Error> {
+        let state = if shell_state {
+            let workdir = fsutil::canonical(&ctx.workdir);
+            let lexical = fsutil::lexical_clean(&ctx.workdir);
+            Some(self.shell_state(ctx, &[&workdir, &lexical])?)
+        } else {
+            None
+        };
+        let paused = Paused::all_calls(ctx);
+        sync_filesystem(&ctx.workdir)?;
+        Ok((state, paused))
+    }
+
     /// bash's state as the next call would start from it, relative to the
     /// exported directory (spelled each way in `roots`).
     fn shell_state(&self, ctx: &Ctx, roots: &[&Path]) -> Result<ShellState, Error> {
@@ -456,10 +478,10 @@ fn sweep(dir: &Path) {
 
 /// Background jobs of this runner's calls, stopped until dropped.
 #[derive(Debug)]
-struct Paused(Vec<i32>);
+pub struct Paused(Vec<i32>);
 
 impl Paused {
-    fn all_calls(ctx: &Ctx) -> Paused {
+    pub fn all_calls(ctx: &Ctx) -> Paused {
         let prefix = format!("{}={}.", crate::procs::MARKER_VAR, ctx.instance);
         let pids = crate::procs::pause_all_calls(&prefix, &ctx.supervisor.live_pids());
         if !pids.is_empty() {
@@ -476,6 +498,17 @@ impl Drop for Paused {
     fn drop(&mut self) {
         crate::procs::resume(&self.0);
     }
+}
+
+/// Flushes the filesystem holding `dir` to its disk (syncfs(2)).
+fn sync_filesystem(dir: &Path) -> Result<(), Error> {
+    let f = File::open(dir).map_err(|e| Error::io(format!("cannot open {}", dir.display()), e))?;
+    nix::unistd::syncfs(&f).map_err(|e| {
+        Error::io(
+            format!("cannot flush {} to its disk", dir.display()),
+            e.into(),
+        )
+    })
 }
 
 /// A directory of the runner's making inside the workspace (a staging

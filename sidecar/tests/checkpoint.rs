@@ -257,3 +257,183 @@ async fn a_runner_refuses_to_serve_from_a_damaged_or_missing_checkpoint() {
         "no marker for a failed import"
     );
 }
+
+/// Copies a directory whole (modes, links, times), as a storage snapshot
+/// of the volume would.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("target");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .output()
+        .expect("cp");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_hold_keeps_the_workspace_still_and_a_volume_fork_takes_only_the_held_state() {
+    use prost::Message;
+    let mut a = Sidecar::start().await;
+    // A secret the source's runner got from its pod's env: its bash
+    // snapshot holds it; a fork must never see it.
+    a.stop();
+    a.env.push(("AGENT_SECRET".into(), "s3cr3t".into()));
+    a.spawn().await;
+    a.ok(
+        "bash",
+        json!({"command": "mkdir -p proj && cd proj && echo one > a.txt && export HELD_VAR='two words' && greet() { echo \"hi $1\"; }"}),
+    )
+    .await;
+    // A call in flight when the hold is asked for: the hold waits for it.
+    let slow = {
+        let c = a.client().await;
+        tokio::spawn(async move {
+            let mut c = c;
+            c.run(
+                &common::next_id(),
+                "bash",
+                &json!({"command": "sleep 1; echo late > late.txt"}).to_string(),
+                false,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = a.client().await;
+    let holding = tokio::time::timeout(HANG, c.hold(true, 30))
+        .await
+        .expect("hold answered")
+        .expect("held");
+    assert!(slow.is_finished() || a.path("proj/late.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(a.path("proj/late.txt"))
+            .expect("the call in flight finished first"),
+        "late\n"
+    );
+    let state = holding.held.shell_state.clone().expect("shell state");
+    assert_eq!(state.cwd, b"proj");
+    assert!(
+        state.variables.iter().any(|v| v.name == "HELD_VAR"),
+        "{state:?}"
+    );
+    assert!(
+        !state.variables.iter().any(|v| v.name == "AGENT_SECRET"),
+        "env-given variables never travel: {state:?}"
+    );
+    // A second hold, export or import is busy meanwhile.
+    let mut c2 = a.client().await;
+    let busy = c2.hold(false, 5).await.expect_err("one hold at a time");
+    assert!(
+        busy.to_string().contains("busy") || format!("{busy:?}").contains("Busy"),
+        "{busy}"
+    );
+    // A write asked for while held waits.
+    let write = {
+        let c = a.client().await;
+        tokio::spawn(async move {
+            let mut c = c;
+            c.run(
+                &common::next_id(),
+                "write",
+                &json!({"file_path": "proj/after.txt", "content": "after\n"}).to_string(),
+                false,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!a.path("proj/after.txt").exists(), "held: the write waits");
+
+    // The volume is copied while held (the source's state directory with it,
+    // and a marker of an import the source itself once made).
+    let fork_root = tempfile::tempdir().expect("fork");
+    let fork_work = fork_root.path().join("work");
+    let fork_state = fork_root.path().join("state");
+    copy_tree(&a.workdir, &fork_work);
+    copy_tree(&a.state, &fork_state);
+    std::fs::write(
+        fork_state.join("restored-from-checkpoint"),
+        "imported checkpoint its-own-source\n",
+    )
+    .expect("source's marker");
+
+    let released = holding.release().await.expect("released");
+    assert_eq!(released.why, "release");
+    write
+        .await
+        .expect("task")
+        .expect("the write ran after the release");
+    assert!(a.path("proj/after.txt").exists());
+
+    // The checkpoint's state, as the operator stores it for a volume fork.
+    let store = tempfile::tempdir().expect("store");
+    std::fs::write(store.path().join("shell-state.pb"), state.encode_to_vec()).expect("state");
+    std::fs::write(
+        store.path().join("checkpoint.json"),
+        r#"{"archiveBytes": 0, "shellState": true, "files": "volume", "checkpoint": "uid-1"}"#,
+    )
+    .expect("manifest");
+    let from = store.path().to_str().expect("utf-8").to_owned();
+    let mut b = Sidecar::start().await;
+    b.stop();
+    std::fs::remove_dir_all(&b.workdir).expect("empty workdir");
+    std::fs::remove_dir_all(&b.state).ok();
+    copy_tree(&fork_work, &b.workdir);
+    copy_tree(&fork_state, &b.state);
+    b.extra = vec!["--restore-from".into(), from];
+    b.spawn().await;
+    assert_eq!(
+        b.ok(
+            "bash",
+            json!({"command": "pwd; echo \"$HELD_VAR\"; greet fork; cat a.txt late.txt; echo ${AGENT_SECRET:-none}; ls"})
+        )
+        .await,
+        format!(
+            "{}\ntwo words\nhi fork\none\nlate\nnone\na.txt\nlate.txt\n",
+            b.workdir.join("proj").display()
+        ),
+        "the files as held (not the write after), the held state, no env secret"
+    );
+    // Its own changes survive a restart: the marker now names this checkpoint.
+    b.ok("bash", json!({"command": "cd / && export HELD_VAR=mine"}))
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(b.state.join("restored-from-checkpoint")).expect("marker"),
+        "imported checkpoint uid-1\n"
+    );
+    b.stop();
+    b.spawn().await;
+    assert_eq!(
+        b.ok("bash", json!({"command": "pwd; echo $HELD_VAR"}))
+            .await,
+        "/\nmine\n"
+    );
+}
+
+#[tokio::test]
+async fn a_hold_ends_at_its_deadline_and_refuses_a_longer_one() {
+    let a = Sidecar::start().await;
+    let mut c = a.client().await;
+    let err = c.hold(false, 301).await.expect_err("over the most");
+    assert!(err.to_string().contains("300"), "{err}");
+    let holding = c.hold(false, 1).await.expect("held");
+    // Past its deadline the runner has let go: calls run again.
+    let done = tokio::time::timeout(
+        HANG,
+        a.client().await.run(
+            &common::next_id(),
+            "write",
+            &json!({"file_path": "x.txt", "content": "x"}).to_string(),
+            false,
+        ),
+    )
+    .await
+    .expect("the write ran once the hold's deadline passed");
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(holding.release().await.expect("released").why, "deadline");
+}
