@@ -45,6 +45,23 @@ pub struct AgentCheckpointSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_bytes: Option<u64>,
+    /// How the files are copied. Absent: a VolumeSnapshot where the
+    /// session's workspace allows one (a claim whose StorageClass's driver
+    /// has a VolumeSnapshotClass, all of the workdir, no env from Secrets),
+    /// an archive otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<CheckpointMethod>,
+}
+
+/// How a checkpoint's files are copied.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum CheckpointMethod {
+    /// The runner archives the workdir onto a volume of the checkpoint's
+    /// own; forks import it. Works on any storage.
+    Archive,
+    /// A VolumeSnapshot of the session's workspace claim, cut while the
+    /// runner holds the workspace still; forks' claims are made from it.
+    VolumeSnapshot,
 }
 
 fn yes() -> bool {
@@ -99,6 +116,19 @@ pub struct AgentCheckpointStatus {
     /// Failed attempts so far (at most 5, then Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// How the files were copied (chosen once, when the take starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<CheckpointMethod>,
+    /// The VolumeSnapshot, for that method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_snapshot: Option<String>,
+    /// The StorageClass a fork's workspace claim is made in, for that
+    /// method (the source claim's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// The Secret with bash's state, for that method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_secret: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

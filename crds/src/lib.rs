@@ -22,7 +22,8 @@ pub mod conditions;
 pub mod environment;
 pub mod pool;
 pub use checkpoint::{
-    AgentCheckpoint, AgentCheckpointSpec, AgentCheckpointStatus, CheckpointPhase, CheckpointSource,
+    AgentCheckpoint, AgentCheckpointSpec, AgentCheckpointStatus, CheckpointMethod, CheckpointPhase,
+    CheckpointSource,
 };
 pub use environment::{
     AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, EnvironmentSandbox,
@@ -351,6 +352,21 @@ pub struct AgentSessionStatus {
     /// named (they keep those names, so its workspace is not left behind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_names: Option<String>,
+    /// For a fork whose workspace claim was made from a VolumeSnapshot of
+    /// its source's (a checkpoint taken that way). Kept once set, so the
+    /// fork's pod keeps its shape after the checkpoint is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<FromSnapshot>,
+}
+
+/// What a fork of a VolumeSnapshot checkpoint was made from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FromSnapshot {
+    /// The VolumeSnapshot its workspace claim was made from.
+    pub volume_snapshot: String,
+    /// The Secret with bash's state its runner imported.
+    pub state_secret: String,
 }
 
 /// A list whose items keep every field the client wrote.

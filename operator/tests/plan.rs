@@ -383,7 +383,7 @@ fn the_workspace_claim_is_created_only_when_missing() {
     let res = resolve(&s.spec, &entries(&s.spec), &Listings::new());
     let missing = Observed::default();
     let present = Observed {
-        claim: build_claim(&s).map(|c| c.metadata),
+        claim: build_claim(&s, None).map(|c| c.metadata),
         ..Observed::default()
     };
     assert!(
@@ -801,7 +801,7 @@ fn cond<'a>(p: &'a Plan, type_: &str) -> Option<(&'a str, &'a str)> {
 #[test]
 fn suspend_removes_the_pod_and_resume_brings_one_back() {
     let s = persistent(json!({"suspended": true}));
-    let claim_meta = build_claim(&s).expect("claim").metadata;
+    let claim_meta = build_claim(&s, None).expect("claim").metadata;
     let observed = Observed {
         pod: Some(running(&s, true)),
         claim: Some(claim_meta.clone()),
@@ -879,7 +879,7 @@ fn a_finished_session_stops_and_deletes_its_workspace_only_if_asked() {
     };
     for (policy, deletes) in [("Keep", false), ("Delete", true)] {
         let s = ended(policy);
-        let mut claim = build_claim(&s).expect("claim").metadata;
+        let mut claim = build_claim(&s, None).expect("claim").metadata;
         claim.uid = Some("claim-uid".into());
         let observed = Observed {
             pod: Some(running(&s, true)),

@@ -162,6 +162,10 @@ impl Invocation for Serve {
 /// Where a checkpoint's volume is mounted: read-write in its sink pod,
 /// read-only in a fork's sandbox.
 pub const CHECKPOINT_DIR: &str = "/run/agentplane-checkpoint";
+/// A checkpoint's manifest in [`CHECKPOINT_DIR`], written last: the set is whole.
+pub const CHECKPOINT_MANIFEST: &str = "checkpoint.json";
+/// bash's state in [`CHECKPOINT_DIR`], a `ShellState` message.
+pub const CHECKPOINT_STATE: &str = "shell-state.pb";
 
 /// `agent-sidecar checkpoint-sink`: the operator's short-lived pod that
 /// stores one checkpoint's archive on its volume.

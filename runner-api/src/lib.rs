@@ -39,8 +39,8 @@ pub use call_id::generate_call_id;
 pub use client::{Archive, Client, Events, Target, ToolResult};
 pub use error::Error;
 pub use invocation::{
-    CHECKPOINT_DIR, CheckpointSink, Health, IMAGE_BIN, Install, Invocation, RUN_DIR, RUNNER_LISTEN,
-    RUNNER_PORT, RUNNER_SOCKET, RUNNER_TLS_DIR, RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN,
-    SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
+    CHECKPOINT_DIR, CHECKPOINT_MANIFEST, CHECKPOINT_STATE, CheckpointSink, Health, IMAGE_BIN,
+    Install, Invocation, RUN_DIR, RUNNER_LISTEN, RUNNER_PORT, RUNNER_SOCKET, RUNNER_TLS_DIR,
+    RUNNER_TLS_NAME, RUNNER_TLS_PORT, SANDBOX_BIN, SANDBOX_BIN_DIR, SPILL_DIR, STATE_DIR, Serve,
 };
 pub use refusal::{REFUSAL_METADATA_KEY, Refusal};

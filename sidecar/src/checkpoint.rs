@@ -45,9 +45,9 @@ use crate::runner::Runner;
 /// The stored archive, as the source runner exported it.
 pub const ARCHIVE_FILE: &str = "archive.tar";
 /// bash's state, a `ShellState` message (absent: none was taken).
-pub const STATE_FILE: &str = "shell-state.pb";
+pub const STATE_FILE: &str = runner_api::CHECKPOINT_STATE;
 /// Written last: the set is whole.
-pub const MANIFEST_FILE: &str = "checkpoint.json";
+pub const MANIFEST_FILE: &str = runner_api::CHECKPOINT_MANIFEST;
 /// In a fork runner's state directory: the checkpoint was imported.
 pub const RESTORED_MARKER: &str = "restored-from-checkpoint";
 /// Most bytes of stored shell state (the runner sends at most 3 MiB).

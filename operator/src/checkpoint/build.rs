@@ -51,7 +51,7 @@ fn labels(checkpoint: &AgentCheckpoint, component: &str) -> BTreeMap<String, Str
     ])
 }
 
-fn owned(checkpoint: &AgentCheckpoint, name: String, component: &str) -> ObjectMeta {
+pub(crate) fn owned(checkpoint: &AgentCheckpoint, name: String, component: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: checkpoint.namespace(),
@@ -273,6 +273,28 @@ pub fn fork_volume(checkpoint: &str, volume_name: &str) -> (Volume, VolumeMount)
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: claim_name(checkpoint),
                 read_only: Some(true),
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: volume_name.into(),
+            mount_path: CHECKPOINT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
+}
+
+/// A fork's mount of a VolumeSnapshot checkpoint's Secret (the manifest
+/// and bash's state; the files came with the fork's own claim), read-only
+/// where the runner's `--restore-from` looks.
+pub fn fork_state_volume(secret: &str, volume_name: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: volume_name.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.to_owned()),
+                ..SecretVolumeSource::default()
             }),
             ..Volume::default()
         },

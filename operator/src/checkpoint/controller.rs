@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crds::{AgentCheckpoint, AgentCheckpointStatus, AgentSession, CheckpointPhase};
+use crds::{
+    AgentCheckpoint, AgentCheckpointStatus, AgentSession, CheckpointMethod, CheckpointPhase,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -26,6 +28,8 @@ use runner_api::proto::ExportRequest;
 use crate::checkpoint::build::{self, CHECKPOINT_LABEL};
 use crate::checkpoint::plan::{self, Observed, Settings, Sizes, Step};
 use crate::checkpoint::relay;
+use crate::checkpoint::snapshotting;
+use crate::checkpoint::volume::{self, Choice};
 use crate::context::{Context, Note, apply_params, delete_exactly, key};
 use crate::error::{Error, Result};
 use crate::names::controlled_by;
@@ -93,8 +97,195 @@ async fn reconcile_once(ckpt: &Arc<AgentCheckpoint>, cx: &CheckpointContext) -> 
         sink: sink.as_ref(),
         tls: ctx.pods.gateway && ctx.runner_tls.get().is_some(),
     };
+    let updated = match volume_path(cx, &ns, ckpt, &observed).await? {
+        Route::Done(action) => return Ok(action),
+        Route::Archive(updated) => updated,
+    };
+    let ckpt = updated.as_deref().unwrap_or(ckpt);
     let step = plan::decide(ckpt, &observed, &cx.settings);
     carry_out(cx, &ns, ckpt, step, sink.as_ref()).await
+}
+
+/// Where a reconcile goes after [`volume_path`].
+enum Route {
+    /// The VolumeSnapshot path took the step.
+    Done(Action),
+    /// The archive path takes it; with the checkpoint as updated when the
+    /// method was just recorded.
+    Archive(Option<Box<AgentCheckpoint>>),
+}
+
+/// Chooses the method once the source is ready (recorded in the status,
+/// never chosen again), and takes the VolumeSnapshot path's step when that
+/// is the method.
+async fn volume_path(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    observed: &Observed<'_>,
+) -> Result<Route> {
+    match ckpt.status.as_ref().and_then(|s| s.method) {
+        Some(CheckpointMethod::Archive) => return Ok(Route::Archive(None)),
+        Some(CheckpointMethod::VolumeSnapshot) => {
+            return volume_step(cx, ns, ckpt, observed).await.map(Route::Done);
+        }
+        None => {}
+    }
+    // Until then the archive path's plan says what is waited for.
+    let (Some(session), Ok(_), true) =
+        (observed.session, plan::source(ckpt, observed), observed.tls)
+    else {
+        return Ok(Route::Archive(None));
+    };
+    let ctx = &cx.base;
+    let max = cx.settings.max_volume_bytes;
+    let choice = snapshotting::choose(ctx, ns, ckpt, session, max).await?;
+    let mut next = ckpt.clone();
+    let status = next
+        .status
+        .get_or_insert_with(AgentCheckpointStatus::default);
+    match choice {
+        Choice::Refused { message } => {
+            let step = Step::Fail {
+                reason: "VolumeSnapshotUnavailable".into(),
+                message,
+            };
+            carry_out(cx, ns, ckpt, step, None).await.map(Route::Done)
+        }
+        Choice::Archive { why } => {
+            status.method = Some(CheckpointMethod::Archive);
+            write_status(ctx, ns, ckpt, status).await?;
+            let message = format!("taken as an archive: {why}");
+            ctx.publish(ckpt, &Note::normal("Archiving", message)).await;
+            Ok(Route::Archive(Some(Box::new(next))))
+        }
+        Choice::Snapshot { storage_class, .. } => {
+            status.method = Some(CheckpointMethod::VolumeSnapshot);
+            status.volume_snapshot = Some(volume::snapshot_name(&ckpt.name_any()));
+            status.storage_class_name = Some(storage_class);
+            write_status(ctx, ns, ckpt, status).await?;
+            volume_step(cx, ns, &next, observed).await.map(Route::Done)
+        }
+    }
+}
+
+/// One step of a checkpoint taken as a VolumeSnapshot.
+async fn volume_step(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    observed: &Observed<'_>,
+) -> Result<Action> {
+    let ctx = &cx.base;
+    let name = ckpt.name_any();
+    let api = snapshotting::snapshots(ctx, ns);
+    let snapshot = api.get_opt(&volume::snapshot_name(&name)).await?;
+    let source = plan::source(ckpt, observed);
+    let addr = source.as_ref().ok().copied().filter(|_| observed.tls);
+    let now = Timestamp::now();
+    match volume::decide(ckpt, snapshot.as_ref(), addr) {
+        volume::Step::NeedsSource => {
+            let step = source.err().unwrap_or_else(|| Step::Wait {
+                reason: "RunnerTlsOff".into(),
+                message: "checkpoints reach the session's runner over the gateway's mutual TLS, and this platform runs no gateway".into(),
+                requeue: plan::WAIT_PLATFORM,
+            });
+            carry_out(cx, ns, ckpt, step, None).await
+        }
+        volume::Step::NameTaken { message } => {
+            let step = Step::Fail {
+                reason: "NameTaken".into(),
+                message,
+            };
+            carry_out(cx, ns, ckpt, step, None).await
+        }
+        volume::Step::Take { source } => take_snapshot(cx, ns, ckpt, observed, source).await,
+        volume::Step::Wait { message } => {
+            let status = plan::waiting_status(
+                ckpt,
+                CheckpointPhase::Taking,
+                "SnapshotNotReady",
+                &message,
+                now,
+            );
+            write_if_changed(ctx, ns, ckpt, &status).await?;
+            Ok(Action::requeue(SNAPSHOT_POLL))
+        }
+        volume::Step::Ready { size, state_secret } => {
+            let status = plan::snapshot_ready_status(ckpt, size, &state_secret, now);
+            write_status(ctx, ns, ckpt, &status).await?;
+            let message = format!(
+                "VolumeSnapshot {} is ready to use",
+                volume::snapshot_name(&name)
+            );
+            ctx.publish(ckpt, &Note::normal("Taken", message)).await;
+            Ok(Action::await_change())
+        }
+        volume::Step::Discard { uid, why } => {
+            delete_exactly(&api, &volume::snapshot_name(&name), uid, None).await?;
+            failed_attempt(ctx, ns, ckpt, &why).await
+        }
+    }
+}
+
+/// How often a checkpoint whose snapshot is cut but not ready looks again.
+const SNAPSHOT_POLL: Duration = Duration::from_secs(2);
+
+/// Takes the VolumeSnapshot under the source runner's hold.
+async fn take_snapshot(
+    cx: &CheckpointContext,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    observed: &Observed<'_>,
+    source: std::net::SocketAddr,
+) -> Result<Action> {
+    let ctx = &cx.base;
+    let (Some(session), Some(runner_tls)) = (observed.session, ctx.runner_tls.get()) else {
+        return Ok(Action::requeue(plan::WAIT_SESSION));
+    };
+    let max = cx.settings.max_volume_bytes;
+    let (claim, class) = match snapshotting::choose(ctx, ns, ckpt, session, max).await? {
+        Choice::Snapshot { claim, class, .. } => (claim, class),
+        Choice::Archive { why } | Choice::Refused { message: why } => {
+            let step = Step::Fail {
+                reason: "VolumeSnapshotUnavailable".into(),
+                message: format!("the session's storage no longer allows a VolumeSnapshot: {why}"),
+            };
+            return carry_out(cx, ns, ckpt, step, None).await;
+        }
+    };
+    let (pair, ca) = runner_tls.client_identity()?;
+    let tls = relay::tls_config(&pair.cert_pem, &pair.key_pem, &ca);
+    let message = format!(
+        "the session's runner holds its workspace still (calls that change it wait) while the storage cuts VolumeSnapshot {}",
+        volume::snapshot_name(&ckpt.name_any())
+    );
+    let taking = plan::waiting_status(
+        ckpt,
+        CheckpointPhase::Taking,
+        "Taking",
+        &message,
+        Timestamp::now(),
+    );
+    write_if_changed(ctx, ns, ckpt, &taking).await?;
+    match snapshotting::take(ctx, ns, ckpt, &tls, source, &claim, &class).await {
+        // The next look finds it cut and marked: Ready, or waiting for the storage.
+        Ok(()) => Ok(Action::requeue(Duration::from_millis(500))),
+        Err(e) if e.permanent => {
+            let status = plan::refused_status(ckpt, &e.message, Timestamp::now());
+            ctx.publish(
+                ckpt,
+                &Note::warning(plan::TRANSFER_REFUSED, e.message.clone()),
+            )
+            .await;
+            write_status(ctx, ns, ckpt, &status).await?;
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "snapshot not taken");
+            failed_attempt(ctx, ns, ckpt, &e.message).await
+        }
+    }
 }
 
 /// Carries out one step and writes the status it leads to.

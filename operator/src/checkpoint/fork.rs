@@ -77,6 +77,7 @@ pub fn taken_checkpoint(fork: &AgentSession, source: &str) -> Option<AgentCheckp
             },
             shell_state: true,
             max_bytes: None,
+            method: None,
         },
         status: None,
     })
@@ -166,5 +167,71 @@ pub fn decide(fork: &AgentSession, existing: Option<AgentCheckpoint>) -> Source 
                 "the session has no name or UID yet to own its checkpoint by".into(),
             ),
         },
+    }
+}
+
+/// A fork whose workspace claim is made from its checkpoint's
+/// VolumeSnapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkSnapshot {
+    /// The VolumeSnapshot, in the fork's namespace.
+    pub snapshot: String,
+    /// The StorageClass the claim is made in (the source claim's).
+    pub storage_class: String,
+    /// The Secret with bash's state the fork's runner imports.
+    pub state_secret: String,
+}
+
+/// For a fork of a Ready checkpoint taken as a VolumeSnapshot: the
+/// snapshot its claim is made from, or why it cannot start (it needs a
+/// claim workspace, in the snapshot's StorageClass). `Ok(None)` for a
+/// checkpoint taken as an archive.
+pub fn volume_fork(
+    fork: &AgentSession,
+    checkpoint: &AgentCheckpoint,
+) -> Result<Option<ForkSnapshot>, CondSpec> {
+    let status = checkpoint.status.as_ref();
+    if status.and_then(|s| s.method) != Some(crds::CheckpointMethod::VolumeSnapshot) {
+        return Ok(None);
+    }
+    let name = checkpoint.metadata.name.as_deref().unwrap_or_default();
+    let snapshot = status
+        .and_then(|s| s.volume_snapshot.clone())
+        .unwrap_or_default();
+    let storage_class = status
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let state_secret = status
+        .and_then(|s| s.state_secret.clone())
+        .unwrap_or_default();
+    let template = fork
+        .spec
+        .workspace
+        .as_ref()
+        .and_then(|w| w.volume_claim_template.as_ref());
+    let Some(template) = template else {
+        return Err(CondSpec {
+            type_: CONDITION,
+            status: false,
+            reason: "CheckpointNeedsClaim".into(),
+            message: format!(
+                "AgentCheckpoint {name} is a VolumeSnapshot, which only a claim can be made from: give this session spec.workspace.volumeClaimTemplate (StorageClass {storage_class}), or fork a checkpoint taken with spec.method: Archive"
+            ),
+        });
+    };
+    match template.spec.storage_class_name.as_deref() {
+        Some(theirs) if theirs != storage_class => Err(CondSpec {
+            type_: CONDITION,
+            status: false,
+            reason: "StorageClassMismatch".into(),
+            message: format!(
+                "AgentCheckpoint {name} is a VolumeSnapshot in StorageClass {storage_class}, and this session's claim asks for StorageClass {theirs}: leave storageClassName out, or set it to {storage_class}"
+            ),
+        }),
+        _ => Ok(Some(ForkSnapshot {
+            snapshot,
+            storage_class,
+            state_secret,
+        })),
     }
 }

@@ -12,6 +12,11 @@
 //! - [`relay`]: the one piece of network I/O -- the source runner's
 //!   `Export` streamed into the sink's `Import` over mutual TLS, with a few
 //!   MiB in flight at most;
+//! - [`volume`]: pure -- a checkpoint taken as a VolumeSnapshot of the
+//!   session's workspace claim: whether the storage allows it, the
+//!   snapshot and the Secret with bash's state, the step a reconcile takes;
+//! - [`snapshotting`]: that take's I/O -- the runner's `Hold` around the
+//!   snapshot's cut;
 //! - [`controller`]: the reconciler that reads, carries out the plan and
 //!   writes the status.
 //!
@@ -23,3 +28,5 @@ pub mod controller;
 pub mod fork;
 pub mod plan;
 pub mod relay;
+pub mod snapshotting;
+pub mod volume;

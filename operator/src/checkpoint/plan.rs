@@ -223,7 +223,7 @@ pub fn decide(checkpoint: &AgentCheckpoint, observed: &Observed<'_>, settings: &
 }
 
 /// The source runner's address, or the wait for it.
-fn source(
+pub fn source(
     checkpoint: &AgentCheckpoint,
     observed: &Observed<'_>,
 ) -> Result<std::net::SocketAddr, Step> {
@@ -355,6 +355,18 @@ pub fn waiting_status(
             checkpoint.metadata.generation,
             now,
         ),
+        ..carried(previous)
+    }
+}
+
+/// What every later status keeps of `previous`: how the checkpoint is
+/// taken, chosen once.
+pub fn carried(previous: Option<&AgentCheckpointStatus>) -> AgentCheckpointStatus {
+    AgentCheckpointStatus {
+        method: previous.and_then(|p| p.method),
+        volume_snapshot: previous.and_then(|p| p.volume_snapshot.clone()),
+        storage_class_name: previous.and_then(|p| p.storage_class_name.clone()),
+        state_secret: previous.and_then(|p| p.state_secret.clone()),
         ..AgentCheckpointStatus::default()
     }
 }
@@ -384,7 +396,7 @@ pub fn after_failure(
             phase: Some(CheckpointPhase::Failed),
             attempts: Some(attempts),
             conditions: condition(previous, false, "TakeFailed", &message, generation, now),
-            ..AgentCheckpointStatus::default()
+            ..carried(previous)
         };
         return (status, None);
     }
@@ -393,7 +405,7 @@ pub fn after_failure(
         phase: Some(CheckpointPhase::Pending),
         attempts: Some(attempts),
         conditions: condition(previous, false, "Retrying", &message, generation, now),
-        ..AgentCheckpointStatus::default()
+        ..carried(previous)
     };
     (status, Some(crate::context::backoff(attempts)))
 }
@@ -424,7 +436,7 @@ pub fn refused_status(
             checkpoint.metadata.generation,
             now,
         ),
-        ..AgentCheckpointStatus::default()
+        ..carried(previous)
     }
 }
 
@@ -467,6 +479,40 @@ pub fn ready_status(
             checkpoint.metadata.generation,
             now,
         ),
+        ..carried(previous)
+    }
+}
+
+/// The status of a checkpoint taken as a VolumeSnapshot, ready to use;
+/// `size` is what a volume made from it needs.
+pub fn snapshot_ready_status(
+    checkpoint: &AgentCheckpoint,
+    size: Option<u64>,
+    state_secret: &str,
+    now: Timestamp,
+) -> AgentCheckpointStatus {
+    let previous = checkpoint.status.as_ref();
+    let mut carried = carried(previous);
+    carried.state_secret = Some(state_secret.to_owned());
+    let message = format!(
+        "VolumeSnapshot {} of the session's workspace claim, ready to use; forks' claims are made from it in StorageClass {}",
+        carried.volume_snapshot.as_deref().unwrap_or_default(),
+        carried.storage_class_name.as_deref().unwrap_or_default()
+    );
+    AgentCheckpointStatus {
+        phase: Some(CheckpointPhase::Ready),
+        size_bytes: size,
+        taken_at: Some(now.to_string()),
+        attempts: previous.and_then(|p| p.attempts),
+        conditions: condition(
+            previous,
+            true,
+            "Taken",
+            &message,
+            checkpoint.metadata.generation,
+            now,
+        ),
+        ..carried
     }
 }
 
@@ -479,6 +525,20 @@ pub fn claim_name(checkpoint: &str) -> String {
 /// The name of a checkpoint's sink pod.
 pub fn sink_name(checkpoint: &str) -> String {
     crate::names::object_name(checkpoint, "ckpt-sink")
+}
+
+/// The object that holds a checkpoint's data for forks (kind and name):
+/// its claim, or its VolumeSnapshot.
+pub fn data_object(checkpoint: &AgentCheckpoint) -> String {
+    let name = checkpoint.metadata.name.as_deref().unwrap_or_default();
+    if checkpoint.status.as_ref().and_then(|s| s.method)
+        == Some(crds::CheckpointMethod::VolumeSnapshot)
+    {
+        // Named as the claim would be (volume::snapshot_name).
+        format!("VolumeSnapshot {}", claim_name(name))
+    } else {
+        format!("PersistentVolumeClaim {}", claim_name(name))
+    }
 }
 
 /// Whether a fork may start from `checkpoint` (the session's `from`), and
@@ -513,8 +573,8 @@ pub fn fork_condition(
                 false,
                 "CheckpointDataMissing".into(),
                 format!(
-                    "AgentCheckpoint {name} is Ready but its PersistentVolumeClaim {} is missing or not its own; take a new checkpoint",
-                    claim_name(name)
+                    "AgentCheckpoint {name} is Ready but its {} is missing or not its own; take a new checkpoint",
+                    data_object(c)
                 ),
             )
         }

@@ -78,12 +78,13 @@ pub fn tls_config(cert_pem: &str, key_pem: &str, ca_pem: &str) -> ClientTlsConfi
         .domain_name(runner_api::RUNNER_TLS_NAME)
 }
 
-async fn connect(
+/// A mutual-TLS channel to the runner (or sink) `what` at `addr`.
+pub async fn channel(
     addr: SocketAddr,
     tls: &ClientTlsConfig,
     what: &str,
-) -> Result<RunnerClient<Channel>, String> {
-    let channel = Endpoint::from_shared(format!("https://{addr}"))
+) -> Result<Channel, String> {
+    Endpoint::from_shared(format!("https://{addr}"))
         .map_err(|e| format!("{what} address {addr}: {e}"))?
         .tls_config(tls.clone())
         .map_err(|e| format!("TLS towards the {what}: {e}"))?
@@ -91,7 +92,15 @@ async fn connect(
         .tcp_nodelay(true)
         .connect()
         .await
-        .map_err(|e| format!("cannot connect to the {what} at {addr}: {}", describe(&e)))?;
+        .map_err(|e| format!("cannot connect to the {what} at {addr}: {}", describe(&e)))
+}
+
+async fn connect(
+    addr: SocketAddr,
+    tls: &ClientTlsConfig,
+    what: &str,
+) -> Result<RunnerClient<Channel>, String> {
+    let channel = channel(addr, tls, what).await?;
     Ok(RunnerClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE))

@@ -215,7 +215,7 @@ async fn reconcile_inner(cached: &AgentSession, ctx: &SessionContext) -> Result<
     };
     let mut observed = observe(ctx, &ctx.caches, &ns, session, &res).await?;
     let now = Timestamp::now();
-    observed.fork = fork_source(ctx, &ns, session).await?;
+    (observed.fork, observed.fork_snapshot) = fork_source(ctx, &ns, session).await?;
     claim_if_warm(ctx, &ns, session, &res, &mut observed, now).await?;
     let mut plan = plan::plan(session, &observed, &res, &ctx.pods, now);
     let applied = carry_out(ctx, &ns, &plan, &observed).await;
@@ -304,35 +304,65 @@ async fn claim_if_warm(
 /// checkpoint in the session's namespace is Ready. A fork from a session's
 /// name first makes its own checkpoint of that session (see
 /// [`fork::decide`]).
-async fn fork_source(ctx: &Context, ns: &str, session: &AgentSession) -> Result<Option<CondSpec>> {
+async fn fork_source(
+    ctx: &Context,
+    ns: &str,
+    session: &AgentSession,
+) -> Result<(Option<CondSpec>, Option<fork::ForkSnapshot>)> {
     let Some(name) = fork::checkpoint_of(session) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let api: Api<AgentCheckpoint> = Api::namespaced(ctx.client.clone(), ns);
     let checkpoint = match fork::decide(session, api.get_opt(&name).await?) {
         fork::Source::Use(c) => c.map(|c| *c),
-        fork::Source::Hold(why) => return Ok(Some(why)),
+        fork::Source::Hold(why) => return Ok((Some(why), None)),
         fork::Source::Create(new) => match take_for_fork(ctx, &api, session, &new).await? {
             Ok(made) => made,
-            Err(why) => return Ok(Some(why)),
+            Err(why) => return Ok((Some(why), None)),
         },
     };
-    let claim = match &checkpoint {
-        Some(_) => {
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let claim = crate::checkpoint::plan::claim_name(&name);
-            claims.get_metadata_opt(&claim).await?.map(|m| m.metadata)
-        }
+    let data = match &checkpoint {
+        Some(c) => checkpoint_data(ctx, ns, c).await?,
         None => None,
     };
     let (ready, reason, message) =
-        crate::checkpoint::plan::fork_condition(&name, checkpoint.as_ref(), claim.as_ref());
-    Ok(Some(CondSpec {
+        crate::checkpoint::plan::fork_condition(&name, checkpoint.as_ref(), data.as_ref());
+    let condition = CondSpec {
         type_: "Checkpoint",
         status: ready,
         reason,
         message,
-    }))
+    };
+    match checkpoint
+        .as_ref()
+        .filter(|_| ready)
+        .map(|c| fork::volume_fork(session, c))
+    {
+        Some(Err(why)) => Ok((Some(why), None)),
+        Some(Ok(snapshot)) => Ok((Some(condition), snapshot)),
+        None => Ok((Some(condition), None)),
+    }
+}
+
+/// What stands under the name of `checkpoint`'s data for forks: its
+/// claim, or its VolumeSnapshot.
+async fn checkpoint_data(
+    ctx: &Context,
+    ns: &str,
+    checkpoint: &AgentCheckpoint,
+) -> Result<Option<ObjectMeta>> {
+    let name = checkpoint.name_any();
+    let snapshot = checkpoint.status.as_ref().and_then(|s| s.method)
+        == Some(crds::CheckpointMethod::VolumeSnapshot);
+    Ok(if snapshot {
+        let snapshots = crate::checkpoint::snapshotting::snapshots(ctx, ns);
+        let snapshot = crate::checkpoint::volume::snapshot_name(&name);
+        snapshots.get_opt(&snapshot).await?.map(|s| s.metadata)
+    } else {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+        let claim = crate::checkpoint::plan::claim_name(&name);
+        claims.get_metadata_opt(&claim).await?.map(|m| m.metadata)
+    })
 }
 
 /// Creates the checkpoint a fork takes of the session it names (a plain

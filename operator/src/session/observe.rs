@@ -71,7 +71,7 @@ pub async fn observe(
     // Independent reads, issued together: each is a round trip, and a warm
     // claim is judged by how few of those it waits on.
     let pods = session_pod(ctx, cached.then_some(caches), ns, session);
-    let wants_claim = res.runner.is_some() && pod::workspace_claim(session).is_some();
+    let wants_claim = res.runner.is_some() && pod::workspace_claim(session, None).is_some();
     let claim = async {
         if !wants_claim {
             return Ok(None);

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::checkpoint::fork::ForkSnapshot;
 use crate::context::Note;
 use crate::names::{BOUND_ANNOTATION, Names, SPEC_HASH_ANNOTATION, owned_by};
 use crate::resolution::{CondSpec, Resolution};
@@ -60,6 +61,9 @@ pub struct Observed {
     /// A fork's `Checkpoint` condition (`spec.from`): True once its
     /// checkpoint is Ready. Until then no pod is made.
     pub fork: Option<CondSpec>,
+    /// For a fork of a Ready checkpoint taken as a VolumeSnapshot: the
+    /// snapshot its workspace claim is made from.
+    pub fork_snapshot: Option<ForkSnapshot>,
 }
 
 /// The first object under one of the session's names that the session does
@@ -226,6 +230,31 @@ pub fn plan(
     plan
 }
 
+/// The session as its status will say from this reconcile on: a fork of a
+/// VolumeSnapshot checkpoint records what it was made from, for good, and
+/// its pod is built from that record.
+fn with_fork_record<'a>(
+    session: &'a AgentSession,
+    observed: &Observed,
+) -> std::borrow::Cow<'a, AgentSession> {
+    let recorded = session
+        .status
+        .as_ref()
+        .is_some_and(|s| s.from_snapshot.is_some());
+    match &observed.fork_snapshot {
+        Some(f) if !recorded => {
+            let mut s = session.clone();
+            s.status.get_or_insert_with(Default::default).from_snapshot =
+                Some(crds::FromSnapshot {
+                    volume_snapshot: f.snapshot.clone(),
+                    state_secret: f.state_secret.clone(),
+                });
+            std::borrow::Cow::Owned(s)
+        }
+        _ => std::borrow::Cow::Borrowed(session),
+    }
+}
+
 /// The plan of a session whose pod should run.
 fn running(
     session: &AgentSession,
@@ -234,6 +263,7 @@ fn running(
     cfg: &PodConfig,
     now: Timestamp,
 ) -> Plan {
+    let session = &*with_fork_record(session, observed);
     let warm_pod = observed.pod.as_ref().filter(|p| claim::is_warm(p));
     let pod_name = warm_pod.map_or_else(|| Names::of(session).pod, |p| p.name_any());
     let (mut action, mut pod_events, mut current) = decide_pod(session, observed, resolution, cfg);
@@ -277,9 +307,11 @@ fn running(
         delete_claim: None,
         configmap,
         network_policy: runs.and_then(|_| egress::network_policy(session, &cfg.egress)),
+        // A fork's claim waits for its checkpoint too: one made from a
+        // VolumeSnapshot can only be made with it.
         claim: runs
-            .filter(|_| observed.claim.is_none())
-            .and_then(|_| pod::workspace_claim(session)),
+            .filter(|_| observed.claim.is_none() && !fork_waits)
+            .and_then(|_| pod::workspace_claim(session, observed.fork_snapshot.as_ref())),
         pod: action,
         delete_pods: Vec::new(),
         pod_events,

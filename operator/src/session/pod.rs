@@ -12,7 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::checkpoint::build::fork_volume;
+use crate::checkpoint::build::{fork_state_volume, fork_volume};
+use crate::checkpoint::fork::ForkSnapshot;
 use crate::names::{Names, SPEC_HASH_ANNOTATION, owned_meta};
 use crate::quantity;
 use crate::sandbox::{DiskBounds, PodConfig, RunnerWatch};
@@ -21,7 +22,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod,
     PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    SecurityContext, TypedObjectReference, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
@@ -69,17 +70,33 @@ pub fn toolset_configmap_named(
     }
 }
 
-/// The workspace claim, when the session asks for a persistent workspace.
-pub fn workspace_claim(session: &AgentSession) -> Option<PersistentVolumeClaim> {
+/// The workspace claim, when the session asks for a persistent workspace;
+/// for a fork of a VolumeSnapshot checkpoint, made from that snapshot (in
+/// its StorageClass, unless the template names one).
+pub fn workspace_claim(
+    session: &AgentSession,
+    from: Option<&ForkSnapshot>,
+) -> Option<PersistentVolumeClaim> {
     let template = session
         .spec
         .workspace
         .as_ref()?
         .volume_claim_template
         .as_ref()?;
+    let mut spec = template.spec.clone();
+    if let Some(from) = from {
+        spec.storage_class_name
+            .get_or_insert_with(|| from.storage_class.clone());
+        spec.data_source_ref = Some(TypedObjectReference {
+            api_group: Some(crate::checkpoint::volume::GROUP.to_owned()),
+            kind: "VolumeSnapshot".to_owned(),
+            name: from.snapshot.clone(),
+            namespace: None,
+        });
+    }
     Some(PersistentVolumeClaim {
         metadata: owned_meta(session, Names::of(session).claim),
-        spec: Some(template.spec.clone()),
+        spec: Some(spec),
         ..PersistentVolumeClaim::default()
     })
 }
@@ -161,7 +178,7 @@ fn build(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Pod {
     if cfg.gateway {
         volumes.push(runner_tls_volume());
     }
-    volumes.extend(fork_of(session, warm).map(|c| fork_volume(&c, CHECKPOINT_VOLUME).0));
+    volumes.extend(fork_of(session, warm).map(|c| checkpoint_volume(session, &c).0));
     let pod_spec = PodSpec {
         init_containers: Some(vec![install_container(cfg)]),
         containers: vec![sandbox_container(session, cfg, warm)],
@@ -339,6 +356,20 @@ fn fork_of(session: &AgentSession, warm: bool) -> Option<String> {
 /// The volume of a fork's checkpoint (its claim, read-only).
 const CHECKPOINT_VOLUME: &str = "checkpoint";
 
+/// A fork's checkpoint volume and mount: the checkpoint's claim, or, for a
+/// fork whose claim was made from the checkpoint's VolumeSnapshot (its
+/// status says so, once and for good), the Secret with bash's state.
+fn checkpoint_volume(session: &AgentSession, checkpoint: &str) -> (Volume, VolumeMount) {
+    match session
+        .status
+        .as_ref()
+        .and_then(|s| s.from_snapshot.as_ref())
+    {
+        Some(from) => fork_state_volume(&from.state_secret, CHECKPOINT_VOLUME),
+        None => fork_volume(checkpoint, CHECKPOINT_VOLUME),
+    }
+}
+
 /// Where the runner keeps bash's state. On a persistent workspace it lives
 /// there (under [`WORKSPACE_STATE_DIR`]), so that a suspended session's
 /// next pod resumes with the same cwd, variables and functions; otherwise
@@ -386,7 +417,7 @@ fn sandbox_container(session: &AgentSession, cfg: &PodConfig, warm: bool) -> Con
         mounts.push(mount(RUNNER_TLS_VOLUME, RUNNER_TLS_DIR, true));
     }
     if let Some(checkpoint) = fork_of(session, warm) {
-        mounts.push(fork_volume(&checkpoint, CHECKPOINT_VOLUME).1);
+        mounts.push(checkpoint_volume(session, &checkpoint).1);
     }
     Container {
         name: SANDBOX_CONTAINER.to_owned(),

@@ -275,5 +275,6 @@ pub fn build_status(
         tool_count: Some(i64::try_from(resolution.tools.len()).unwrap_or(i64::MAX)),
         policies: resolution.policies.clone(),
         object_names: previous.and_then(|p| p.object_names.clone()),
+        from_snapshot: previous.and_then(|p| p.from_snapshot.clone()),
     }
 }
