@@ -177,6 +177,9 @@ fn a_snapshot_is_taken_where_the_storage_allows_one_and_an_archive_otherwise() {
         why.contains("no VolumeSnapshotClass has the driver slow.csi"),
         "{why}"
     );
+    let capped = checkpoint(json!({"source": {"session": "src"}, "maxBytes": 1000}));
+    let why = archive_why(volume::choose(&capped, &s, &ok));
+    assert!(why.contains("maxBytes of 1000"), "{why}");
     // Asked for by name and not possible: refused, naming why.
     let insist = checkpoint(json!({"source": {"session": "src"}, "method": "VolumeSnapshot"}));
     match volume::choose(&insist, &empty, &ok) {

@@ -163,16 +163,23 @@ fn snapshot_of(
             claim.name_any()
         ));
     };
-    if let Some(size) = spec
+    // A snapshot holds the whole volume: its size is what is bounded.
+    let size = spec
         .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
-        .and_then(crate::quantity::of)
-        .filter(|size| *size > u128::from(storage.max_bytes))
-    {
+        .and_then(crate::quantity::of);
+    if let Some(size) = size.filter(|size| *size > u128::from(storage.max_bytes)) {
         return Err(format!(
             "the claim asks for {size} bytes, more than the platform's largest checkpoint of {} bytes (operator --checkpoint-max-size)",
             storage.max_bytes
+        ));
+    }
+    if let (Some(size), Some(max)) = (size, checkpoint.spec.max_bytes)
+        && size > u128::from(max)
+    {
+        return Err(format!(
+            "the claim asks for {size} bytes, more than the checkpoint's maxBytes of {max}"
         ));
     }
     let Some(driver) = storage.provisioner else {

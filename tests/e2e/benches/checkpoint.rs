@@ -20,6 +20,12 @@
 //! Each case's checkpoint claim is provisioned by the cluster's default
 //! StorageClass (local-path-provisioner in the harness); the case's
 //! objects are deleted before the next.
+//!
+//! `BENCH_CKPT_STORAGE=snapshot` runs the same cases with every session on
+//! a claim in the harness's StorageClass with snapshots
+//! (`agentplane-snapshot`): the checkpoint is then a VolumeSnapshot cut
+//! while the runner holds the workspace, and forks' claims are made from
+//! it (docs/checkpoints.md); the cold baseline is on such a claim too.
 
 use std::time::{Duration, Instant};
 
@@ -75,10 +81,19 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn session_yaml(name: &str, from: Option<&str>) -> String {
+/// The StorageClass with snapshots in the harness.
+const SNAPSHOT_CLASS: &str = "agentplane-snapshot";
+
+/// A session; on a claim of `claim` bytes in [`SNAPSHOT_CLASS`] when given.
+fn session_yaml(name: &str, from: Option<&str>, claim: Option<u64>) -> String {
     let from = from.map_or_else(String::new, |c| format!("  from: {{checkpoint: {c}}}\n"));
+    let workspace = claim.map_or_else(String::new, |bytes| {
+        format!(
+            "  workspace:\n    volumeClaimTemplate:\n      spec: {{storageClassName: {SNAPSHOT_CLASS}, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: {bytes}}}}}}}\n"
+        )
+    });
     format!(
-        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: {name}\nspec:\n  image: {}\n  tools: [{{type: agent_toolset_20260401}}]\n{from}",
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: {name}\nspec:\n  image: {}\n  tools: [{{type: agent_toolset_20260401}}]\n{from}{workspace}",
         sandbox_image()
     )
 }
@@ -92,6 +107,8 @@ fn checkpoint_yaml(name: &str, source: &str, max_bytes: Option<u64>) -> String {
 
 struct Bench {
     k: Kubectl,
+    /// Sessions on claims with snapshots (`BENCH_CKPT_STORAGE=snapshot`).
+    snapshot: bool,
 }
 
 impl Bench {
@@ -143,9 +160,15 @@ impl Bench {
 
     /// apply -> Ready and apply -> first result of a session (a fork when
     /// `from` is given), whose first call is `check`; its output.
-    fn start(&self, name: &str, from: Option<&str>, check: &str) -> (Duration, Duration, String) {
+    fn start(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        claim: Option<u64>,
+        check: &str,
+    ) -> (Duration, Duration, String) {
         let t0 = Instant::now();
-        self.apply(&session_yaml(name, from));
+        self.apply(&session_yaml(name, from, claim));
         self.wait_phase("agentsession", name, "Ready");
         let ready = t0.elapsed();
         let out = self.bash(name, check);
@@ -154,7 +177,9 @@ impl Bench {
 
     fn case(&self, case: &Case, forks: usize) {
         let src = format!("src-{}", case.name);
-        let (_, cold_first, _) = self.start(&src, None, "true");
+        // Room for the data, bash's state and the filesystem's own.
+        let claim = self.snapshot.then_some(case.bytes + 256 * MIB);
+        let (_, cold_first, _) = self.start(&src, None, claim, "true");
         let t = Instant::now();
         self.bash(
             &src,
@@ -195,6 +220,7 @@ impl Bench {
             "checkpoint_entries",
             &status["status"]["entries"],
         );
+        figure(case.name, "checkpoint_method", &status["status"]["method"]);
         figure(
             case.name,
             "checkpoint_mib_per_s",
@@ -209,7 +235,7 @@ impl Bench {
         let mut firsts = Vec::new();
         for i in 0..forks {
             let name = format!("fork-{}-{i}", case.name);
-            let (ready, first, out) = self.start(&name, Some(&ckpt), &check);
+            let (ready, first, out) = self.start(&name, Some(&ckpt), claim, &check);
             assert_eq!(out, want, "{name} starts from the checkpoint's state");
             figure(case.name, &format!("fork{i}_ready_ms"), ms(ready));
             figure(case.name, &format!("fork{i}_first_result_ms"), ms(first));
@@ -217,7 +243,7 @@ impl Bench {
             self.delete("agentsession", &name);
         }
         let cold_name = format!("cold-{}", case.name);
-        let (_, cold, _) = self.start(&cold_name, None, "true");
+        let (_, cold, _) = self.start(&cold_name, None, claim, "true");
         self.delete("agentsession", &cold_name);
         figure(case.name, "cold_first_result_ms", ms(cold));
         figure(case.name, "source_cold_first_result_ms", ms(cold_first));
@@ -243,7 +269,10 @@ fn main() {
     let only = std::env::var("BENCH_CKPT_CASES").unwrap_or_default();
     let release = Release::install(&k, "agentplane", SYSTEM, &[]);
     let ns = Namespace::create(&k, NS, &[]);
-    let bench = Bench { k: k.clone() };
+    let bench = Bench {
+        k: k.clone(),
+        snapshot: std::env::var("BENCH_CKPT_STORAGE").is_ok_and(|s| s == "snapshot"),
+    };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for case in cases() {
             if only.is_empty() || only.split(',').any(|c| c == case.name) {

@@ -9,6 +9,14 @@
 //! starts from the source's state at that moment. The checkpoint's spec
 //! cannot be changed; deleting it takes its claim, and deleting the fork by
 //! name takes the checkpoint it made.
+//!
+//! Then the VolumeSnapshot path, on the harness's CSI driver with
+//! snapshots (StorageClass `agentplane-snapshot`): a session on a claim in
+//! that class is checkpointed as a VolumeSnapshot (chosen by itself), cut
+//! while its runner held the workspace; two forks' claims are made from
+//! the snapshot, each with the files and bash's state of that moment (and
+//! its own env); each fork's changes are its own; a fork
+//! with an emptyDir workspace says it needs a claim.
 
 use std::time::Duration;
 
@@ -141,6 +149,10 @@ fn walk(k: &Kubectl) {
     );
     let snap = wait_phase(k, "agentcheckpoint", "snap", "Ready");
     assert!(snap["status"]["entries"].as_u64() >= Some(4), "{snap}");
+    assert_eq!(
+        snap["status"]["method"], "Archive",
+        "an emptyDir workspace is archived: {snap}"
+    );
     assert!(snap["status"]["takenAt"].is_string(), "{snap}");
     let claim = k
         .get(&["pvc", "snap-ckpt", "-n", NS])
@@ -277,6 +289,113 @@ fn walk(k: &Kubectl) {
             .is_none()
             .then_some(())
     });
+
+    volume_snapshots(k);
+}
+
+/// The harness's StorageClass whose driver takes snapshots
+/// (tests/cluster/cluster.sh, docs/cluster.md "Storage").
+const SNAPSHOT_CLASS: &str = "agentplane-snapshot";
+
+/// A session on a claim; `class` names its StorageClass (none: left out).
+fn claim_session(name: &str, class: Option<&str>, from: Option<&str>) -> String {
+    let class = class
+        .map(|c| format!("storageClassName: {c}, "))
+        .unwrap_or_default();
+    let from = from
+        .map(|c| format!("  from: {{checkpoint: {c}}}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: {name}\nspec:\n  image: {}\n  tools: [{{type: agent_toolset_20260401}}]\n  env: [{{name: PLAIN_ENV, value: from-spec}}]\n  workspace:\n    volumeClaimTemplate:\n      spec: {{{class}accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}\n{from}",
+        sandbox_image()
+    )
+}
+
+fn volume_snapshots(k: &Kubectl) {
+    apply(k, &claim_session("vsrc", Some(SNAPSHOT_CLASS), None));
+    wait_phase(k, "agentsession", "vsrc", "Ready");
+    bash(
+        k,
+        "vsrc",
+        "mkdir -p proj && echo base > proj/a.txt && ln -s a.txt proj/link && cd proj && export VS_VAR='held state' && greet() { echo \"hi $1\"; }",
+    );
+    apply(
+        k,
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentCheckpoint\nmetadata:\n  name: vsnap\nspec:\n  source: {session: vsrc}\n",
+    );
+    let ckpt = wait_phase(k, "agentcheckpoint", "vsnap", "Ready");
+    assert_eq!(ckpt["status"]["method"], "VolumeSnapshot", "{ckpt}");
+    assert_eq!(ckpt["status"]["volumeSnapshot"], "vsnap-ckpt", "{ckpt}");
+    assert_eq!(ckpt["status"]["storageClassName"], SNAPSHOT_CLASS, "{ckpt}");
+    let vs = k
+        .get(&["volumesnapshot", "vsnap-ckpt", "-n", NS])
+        .expect("the checkpoint's VolumeSnapshot");
+    assert_eq!(
+        vs["metadata"]["ownerReferences"][0]["uid"], ckpt["metadata"]["uid"],
+        "the snapshot is the checkpoint's: {vs}"
+    );
+    assert_eq!(vs["status"]["readyToUse"], true, "{vs}");
+    assert_eq!(
+        vs["metadata"]["annotations"]["agentplane.dev/cut-while-held"], "true",
+        "cut while the runner held the workspace: {vs}"
+    );
+    // The source goes on; its forks must not see that.
+    bash(k, "vsrc", "echo later > a.txt && export VS_VAR=later");
+
+    let forks = ["vfork-1", "vfork-2"];
+    for fork in forks {
+        apply(k, &claim_session(fork, None, Some("vsnap")));
+    }
+    for (i, fork) in forks.iter().enumerate() {
+        let o = wait_phase(k, "agentsession", fork, "Ready");
+        assert_eq!(
+            o["status"]["fromSnapshot"]["volumeSnapshot"], "vsnap-ckpt",
+            "{o}"
+        );
+        let claim = k
+            .get(&["pvc", &format!("{fork}-workspace"), "-n", NS])
+            .expect("the fork's claim");
+        assert_eq!(claim["spec"]["storageClassName"], SNAPSHOT_CLASS, "{claim}");
+        assert_eq!(
+            claim["spec"]["dataSourceRef"]["kind"], "VolumeSnapshot",
+            "{claim}"
+        );
+        assert_eq!(
+            claim["spec"]["dataSourceRef"]["name"], "vsnap-ckpt",
+            "{claim}"
+        );
+        assert_eq!(
+            bash(
+                k,
+                fork,
+                "echo $(pwd) \"$VS_VAR\" $(greet fork) $(cat a.txt) $(readlink link) $PLAIN_ENV"
+            ),
+            "/workspace/proj held state hi fork base a.txt from-spec"
+        );
+        bash(
+            k,
+            fork,
+            &format!("echo {fork} > mine.txt && echo {i} >> a.txt"),
+        );
+    }
+    for (i, fork) in forks.iter().enumerate() {
+        assert_eq!(
+            bash(k, fork, "echo $(cat mine.txt) $(cat a.txt | tr '\\n' ,)"),
+            format!("{fork} base,{i},")
+        );
+    }
+    assert_eq!(
+        bash(k, "vsrc", "echo $(cat a.txt) $(ls | tr '\\n' ,) $VS_VAR"),
+        "later a.txt,link, later"
+    );
+
+    // A fork whose workspace cannot be made from a snapshot says so.
+    apply(k, &session("vfork-empty", Some(("checkpoint", "vsnap"))));
+    let why = wait_for("vfork-empty's Checkpoint condition", T, || {
+        let o = k.get(&["agentsession", "vfork-empty", "-n", NS])?;
+        condition(&o, "Checkpoint").filter(|c| c.1 == "CheckpointNeedsClaim")
+    });
+    assert!(why.2.contains("volumeClaimTemplate"), "{why:?}");
 }
 
 /// A fork that names the source session: it takes its own checkpoint of
