@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build (once) the pinned Kubernetes, etcd, helm, kube-router, kwok and
-# local-path-provisioner binaries from
-# the Go module proxy into ~/.cache/agentplane/k8s-<version>/bin and reuse them
-# afterwards.
+# Build (once) the pinned Kubernetes, etcd, helm, kube-router, kwok,
+# local-path-provisioner and CSI binaries (external-provisioner, csi-snapshotter,
+# snapshot-controller, and the project's own driver hostpath.csi.agentplane.dev,
+# go/csi/hostpath) from the Go module proxy into
+# ~/.cache/agentplane/k8s-<version>/bin and reuse them afterwards; copy the
+# VolumeSnapshot CRDs of external-snapshotter/client/v8 next to them
+# (~/.cache/agentplane/k8s-<version>/snapshot-crds).
 #
 #   tests/cluster/build.sh          build what is missing, print the bin dir
 #   tests/cluster/build.sh --force  rebuild everything
@@ -10,13 +13,17 @@
 #                                   another Kubernetes release: the staging modules
 #                                   k8s.io/* are pinned by replace to v0.X.Y
 #
-# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router,kwok,local-path}/go.mod (+ go.sum).
-# Each component is rebuilt when the sha256 of its go.mod/go.sum changes.
+# Versions live in tests/cluster/go/{k8s,etcd,helm,kube-router,kwok,local-path,csi}/go.mod (+ go.sum).
+# Each component is rebuilt when the sha256 of its go.mod/go.sum changes (and,
+# for a package of the module itself such as ./hostpath, of its .go files).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$HERE/lib.sh"
+
+# The VolumeSnapshot CRDs go next to the binaries (cluster.sh reads them there).
+SNAPSHOT_CRD_DIR="${BIN_DIR%/bin}/snapshot-crds"
 
 force=0
 [[ "${1:-}" == "--force" ]] && force=1
@@ -31,9 +38,19 @@ need_go() {
 	fi
 }
 
-# stamp_of DIR -> sha256 of the module's go.mod (without comments) + go.sum
+# stamp_of DIR [PKG...] -> sha256 of the module's go.mod (without comments) +
+# go.sum, + the .go files of the PKGs that are the module's own (./name)
 stamp_of() {
-	{ grep -v '^[[:space:]]*//' "$1/go.mod"; cat "$1/go.sum"; } | sha256sum | cut -d' ' -f1
+	local dir=$1 p
+	shift
+	{
+		grep -v '^[[:space:]]*//' "$dir/go.mod"
+		cat "$dir/go.sum"
+		for p in "$@"; do
+			[[ "$p" == ./* ]] || continue
+			find "$dir/$p" -maxdepth 1 -name '*.go' -type f -print0 | sort -z | xargs -0 -r cat
+		done
+	} | sha256sum | cut -d' ' -f1
 }
 
 # build_component NAME MODDIR "LDFLAGS" OUTPUT... -- PKG...
@@ -45,7 +62,7 @@ build_component() {
 	shift
 	pkgs=("$@")
 	local stamp want have=""
-	want=$(stamp_of "$moddir")
+	want=$(stamp_of "$moddir" "${pkgs[@]}")
 	stamp="$BIN_DIR/.$name.stamp"
 	[[ -f "$stamp" ]] && have=$(cat "$stamp")
 	local missing=0 o
@@ -75,6 +92,33 @@ build_component() {
 	rm -rf "$tmp"
 	echo "$want" >"$stamp"
 	log "build: $name done in $((SECONDS - t0))s"
+}
+
+# The VolumeSnapshot CRDs (snapshot.storage.k8s.io; not the group snapshots)
+# of the external-snapshotter client module that go/csi/go.mod resolves,
+# copied from the module cache into SNAPSHOT_CRD_DIR: cluster.sh up applies
+# them without the network.
+copy_snapshot_crds() {
+	local m=github.com/kubernetes-csi/external-snapshotter/client/v8 v dir f
+	v=$(modver csi "$m")
+	[[ -n "$v" ]] || die "build: $m is not in $GOMOD_DIR/csi/go.mod"
+	local stamp="$SNAPSHOT_CRD_DIR/.version"
+	if [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$v" ]]; then
+		log "build: snapshot CRDs ($m $v) cached in $SNAPSHOT_CRD_DIR"
+		return 0
+	fi
+	need_go
+	dir=$(cd "$GOMOD_DIR/csi" && GOFLAGS=-mod=mod go mod download -json "$m@$v" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[[ -d "$dir/config/crd" ]] || die "build: no config/crd in $m@$v (module dir '$dir')"
+	mkdir -p "$SNAPSHOT_CRD_DIR"
+	rm -f "$SNAPSHOT_CRD_DIR"/*.yaml
+	for f in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
+		f="$dir/config/crd/snapshot.storage.k8s.io_$f.yaml"
+		[[ -f "$f" ]] || die "build: $f missing"
+		install -m 0644 "$f" "$SNAPSHOT_CRD_DIR/"
+	done
+	echo "$v" >"$stamp"
+	log "build: snapshot CRDs ($m $v) copied to $SNAPSHOT_CRD_DIR"
 }
 
 gen_gomod() {
@@ -136,6 +180,18 @@ main() {
 	build_component kwok "$GOMOD_DIR/kwok" "" kwok -- "$p/cmd/kwok"
 	# The default StorageClass: claims are provisioned as on a real cluster.
 	build_component local-path "$GOMOD_DIR/local-path" "" local-path-provisioner -- github.com/rancher/local-path-provisioner
+	# CSI: the real sidecars (the kubelet's CSI plugin talks to the driver
+	# directly: it registers itself, there is no node-driver-registrar), and
+	# the project's own hostpath driver, built apart as it changes more often.
+	p=github.com/kubernetes-csi
+	v=$(modver csi "$p/external-provisioner/v6")
+	build_component csi-provisioner "$GOMOD_DIR/csi" "-X main.version=$v" csi-provisioner -- \
+		"$p/external-provisioner/v6/cmd/csi-provisioner"
+	v=$(modver csi "$p/external-snapshotter/v8")
+	build_component csi-snapshotter "$GOMOD_DIR/csi" "-X main.version=$v" csi-snapshotter snapshot-controller -- \
+		"$p/external-snapshotter/v8/cmd/csi-snapshotter" "$p/external-snapshotter/v8/cmd/snapshot-controller"
+	build_component csi-hostpath "$GOMOD_DIR/csi" "" csi-hostpath -- ./hostpath
+	copy_snapshot_crds
 	log "build: all binaries ready in $BIN_DIR ($((SECONDS - t0))s)"
 	echo "$BIN_DIR"
 }

@@ -2,8 +2,10 @@
 # Single-node Kubernetes test cluster for agentplane, built from source (Go
 # module proxy) and run directly on this machine: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, containerd (+runc, CNI bridge),
-# kubelet, kube-proxy and kube-router (firewall only: it enforces NetworkPolicy).
-# No Docker, no registry. See docs/cluster.md.
+# kubelet, kube-proxy and kube-router (firewall only: it enforces NetworkPolicy);
+# storage: local-path-provisioner (the default class) and a CSI stack with
+# VolumeSnapshots (the project's hostpath driver, external-provisioner,
+# csi-snapshotter, snapshot-controller). No Docker, no registry. See docs/cluster.md.
 #
 #   cluster.sh up          start everything (idempotent: a 2nd up returns at once)
 #   cluster.sh down        stop exactly what up started, clean sandboxes, remove state
@@ -44,12 +46,27 @@ API_URL="https://127.0.0.1:$API_PORT"
 # namespaces); the defaults are upstream's, the scale benchmark raises them.
 SCHEDULER_QPS="${AGENTPLANE_SCHEDULER_QPS:-50}"
 CM_QPS="${AGENTPLANE_CONTROLLER_MANAGER_QPS:-20}"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router local-path-provisioner)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router local-path-provisioner
+	csi-hostpath csi-provisioner csi-snapshotter snapshot-controller)
 # Dynamic provisioning: rancher's local-path-provisioner, run on the host
 # against the API server; its volumes are directories under LOCAL_PATH_DIR.
 LOCAL_PATH_NS=local-path-storage
 LOCAL_PATH_CLASS=local-path
 LOCAL_PATH_DIR="$STATE_DIR/local-path"
+KUBELET_ROOT="$STATE_DIR/kubelet/root"
+# CSI with VolumeSnapshots: the project's driver (tests/cluster/go/csi/hostpath)
+# registers with the kubelet through its plugins_registry directory and serves
+# CSI on a socket in the kubelet's plugins directory; its volumes and snapshots
+# are directories under CSI_DATA_DIR. The real external-provisioner,
+# csi-snapshotter and snapshot-controller run on the host against the API server.
+CSI_DRIVER=hostpath.csi.agentplane.dev
+CSI_CLASS=agentplane-snapshot
+CSI_SNAPSHOT_CLASS=agentplane-snapshot
+CSI_SOCK="$KUBELET_ROOT/plugins/$CSI_DRIVER/csi.sock"
+CSI_REG_SOCK="$KUBELET_ROOT/plugins_registry/$CSI_DRIVER-reg.sock"
+CSI_DATA_DIR="$STATE_DIR/csi-hostpath"
+# The VolumeSnapshot CRDs, copied next to the binaries by build.sh.
+SNAPSHOT_CRD_DIR="${BIN_DIR%/bin}/snapshot-crds"
 # Host sysctls that kubelet (kernel tunables), kube-proxy (route_localnet) and the
 # CNI bridge (ip_forward) change: saved by up, restored by down.
 HOST_SYSCTLS=(net.ipv4.ip_forward net.ipv4.conf.all.route_localnet net.bridge.bridge-nf-call-iptables
@@ -759,7 +776,7 @@ cmd_up() {
 	start kubelet "$BIN_DIR/kubelet" \
 		--config "$STATE_DIR/kubelet/config.yaml" \
 		--kubeconfig "$STATE_DIR/kubelet/kubeconfig" \
-		--root-dir "$STATE_DIR/kubelet/root" \
+		--root-dir "$KUBELET_ROOT" \
 		--cert-dir "$PKI_DIR" \
 		--hostname-override "$NODE_NAME" --node-ip "$HOST_IP" \
 		--v 1
@@ -803,6 +820,7 @@ EOF
 	fi
 	kc -n default delete pod agentplane-up-probe --wait=false >/dev/null
 	start_local_path
+	start_csi
 	local ms=$(($(now_ms) - t0))
 	log "cluster up in $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s: kubernetes $K8S_VERSION, node $NODE_NAME ($HOST_IP)"
 	log "export KUBECONFIG=$KUBECONFIG_PATH"
@@ -879,6 +897,79 @@ EOF
 	pid_alive local-path-provisioner || fail_component local-path-provisioner "exited at start"
 }
 
+# csinode_has_driver: the kubelet registered the CSI driver (the node's CSINode lists it).
+csinode_has_driver() {
+	kc get csinode "$NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null | tr ' ' '\n' | grep -qxF "$CSI_DRIVER"
+}
+
+# CSI storage with VolumeSnapshots: the CRDs, the driver (which registers
+# itself with the kubelet), the CSIDriver object, the StorageClass
+# `agentplane-snapshot` (not the default: local-path stays that), the default
+# VolumeSnapshotClass, and the three sidecars as host processes. The sidecars'
+# CSI timeout is long: a snapshot or a restore is a copy of a directory tree.
+start_csi() {
+	local f crds=()
+	for f in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
+		[[ -f "$SNAPSHOT_CRD_DIR/snapshot.storage.k8s.io_$f.yaml" ]] ||
+			die "VolumeSnapshot CRD $f missing in $SNAPSHOT_CRD_DIR (run tests/cluster/build.sh)"
+		crds+=(-f "$SNAPSHOT_CRD_DIR/snapshot.storage.k8s.io_$f.yaml")
+	done
+	kc apply "${crds[@]}" >/dev/null
+	kc wait --for=condition=Established --timeout=60s crd/volumesnapshotclasses.snapshot.storage.k8s.io \
+		crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null ||
+		die "the VolumeSnapshot CRDs were not established within 60s"
+	kc apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: $CSI_DRIVER
+spec:
+  attachRequired: false
+  podInfoOnMount: false
+  fsGroupPolicy: File
+  volumeLifecycleModes: [Persistent]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $CSI_CLASS
+provisioner: $CSI_DRIVER
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshotClass
+metadata:
+  name: $CSI_SNAPSHOT_CLASS
+  annotations:
+    snapshot.storage.kubernetes.io/is-default-class: "true"
+driver: $CSI_DRIVER
+deletionPolicy: Delete
+EOF
+	mkdir -p "$CSI_DATA_DIR"
+	chmod 700 "$CSI_DATA_DIR"
+	start csi-hostpath "$BIN_DIR/csi-hostpath" \
+		--csi-socket "$CSI_SOCK" --registration-socket "$CSI_REG_SOCK" \
+		--data-dir "$CSI_DATA_DIR" --node-id "$NODE_NAME"
+	wait_for csi-hostpath 30 "CSI socket $CSI_SOCK" test -S "$CSI_SOCK"
+	start csi-provisioner "$BIN_DIR/csi-provisioner" \
+		--csi-address "$CSI_SOCK" --kubeconfig "$KUBECONFIG_PATH" --leader-election=false \
+		--timeout 300s --retry-interval-max 30s
+	start csi-snapshotter "$BIN_DIR/csi-snapshotter" \
+		--csi-address "$CSI_SOCK" --kubeconfig "$KUBECONFIG_PATH" --leader-election=false \
+		--timeout 300s --retry-interval-max 30s --feature-gates CSIVolumeGroupSnapshot=false
+	# No group snapshots (their CRDs are not installed): with the gate on, the
+	# controller would first wait 30 s for them.
+	start snapshot-controller "$BIN_DIR/snapshot-controller" \
+		--kubeconfig "$KUBECONFIG_PATH" --leader-election=false --retry-interval-max 30s \
+		--feature-gates CSIVolumeGroupSnapshot=false
+	wait_for csi-hostpath 60 "the kubelet to register $CSI_DRIVER (CSINode $NODE_NAME)" csinode_has_driver
+	local c
+	for c in csi-provisioner csi-snapshotter snapshot-controller; do
+		pid_alive "$c" || { sleep 1; pid_alive "$c"; } || fail_component "$c" "exited at start"
+	done
+}
+
 # --- down ------------------------------------------------------------------------------
 cmd_down() {
 	[[ $EUID -eq 0 ]] || die "cluster.sh down needs root"
@@ -889,6 +980,11 @@ cmd_down() {
 	stop kwok
 	# Volumes are made and removed by helper pods: nothing to make any more.
 	stop local-path-provisioner
+	# No more CSI volumes or snapshots either (the driver itself stays until
+	# the kubelet has unmounted the pods' volumes through it).
+	stop csi-provisioner
+	stop csi-snapshotter
+	stop snapshot-controller
 	# 1. No more scheduling or re-creation; then let the kubelet tear pods down
 	#    properly (CRI StopPodSandbox -> CNI DEL, unmounts).
 	stop kube-controller-manager
@@ -896,9 +992,11 @@ cmd_down() {
 	if pid_alive kubelet && pid_alive kube-apiserver && curl_api /readyz >/dev/null 2>&1; then
 		# Only the real node's pods have containers to tear down; pods bound
 		# to fake nodes (tests/cluster/kwok.sh) or to none go with etcd's data
-		# (deleting the scale bench's 11 000 one by one took minutes).
+		# (deleting the scale bench's 11 000 one by one took minutes). No
+		# --all: kubectl 1.37 refuses it next to a selector (and deleted
+		# nothing, so down waited out both timeouts below, 90 s).
 		local here="spec.nodeName=$NODE_NAME"
-		kc delete pods --all --all-namespaces --field-selector "$here" \
+		kc delete pods --all-namespaces --field-selector "$here" \
 			--grace-period=0 --force --wait=false >/dev/null 2>&1 || true
 		local deadline=$((SECONDS + 60))
 		while [[ $SECONDS -lt $deadline ]]; do
@@ -919,6 +1017,7 @@ cmd_down() {
 		"$BIN_DIR/kube-proxy" --cleanup >>"$LOG_DIR/kube-proxy-cleanup.log" 2>&1 || true
 	fi
 	stop kubelet
+	stop csi-hostpath
 	# 2. Whatever still runs in containerd: kill tasks, delete containers.
 	if pid_alive containerd; then
 		local id
@@ -996,8 +1095,10 @@ cmd_status() {
 		printf '%-24s ok (%s)\n' "apiserver /readyz" "$API_URL"
 		printf '%-24s %s\n' "node $NODE_NAME" "$(node_ready && echo Ready || echo NotReady)"
 	fi
-	printf 'kubernetes %s, etcd %s, helm %s, kube-router %s; kubeconfig %s\n' "$K8S_VERSION" "$ETCD_VERSION" \
-		"$HELM_VERSION" "$KUBE_ROUTER_VERSION" "$KUBECONFIG_PATH"
+	printf 'kubernetes %s, etcd %s, helm %s, kube-router %s, external-provisioner %s, external-snapshotter %s; kubeconfig %s\n' \
+		"$K8S_VERSION" "$ETCD_VERSION" "$HELM_VERSION" "$KUBE_ROUTER_VERSION" \
+		"$(modver csi github.com/kubernetes-csi/external-provisioner/v6)" "$(modver csi github.com/kubernetes-csi/external-snapshotter/v8)" \
+		"$KUBECONFIG_PATH"
 	if [[ $up -eq $total ]] && node_ready; then return 0; fi
 	[[ $up -eq 0 ]] && return 3
 	return 1
@@ -1026,8 +1127,8 @@ main() {
 	kubectl) kc "$@" ;;
 	helm) KUBECONFIG="$KUBECONFIG_PATH" "$BIN_DIR/helm" "$@" ;;
 	env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$%s"\n' "$KUBECONFIG_PATH" "$BIN_DIR" PATH ;;
-	help | -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' ;;
-	*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	help | -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' ;;
+	*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 }
 

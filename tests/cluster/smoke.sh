@@ -275,6 +275,101 @@ else
 	fail "kubectl exec -i" "$out"
 fi
 
+# --- 5c. CSI VolumeSnapshots: snapshot a claim, fork a claim from it ----------------------------
+# The class agentplane-snapshot (the project's hostpath driver behind the real
+# external-provisioner, csi-snapshotter and snapshot-controller). Pods run as
+# uid 1000 with an fsGroup, like sandboxes.
+CSI_DATA_DIR="$STATE_DIR/csi-hostpath"
+csi_pod() { # csi_pod NAME CLAIM SCRIPT
+	cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    fsGroup: 1000
+    seccompProfile: {type: RuntimeDefault}
+  volumes: [{name: data, persistentVolumeClaim: {claimName: $2}}]
+  containers:
+  - name: sh
+    image: $SANDBOX_BASE_IMAGE
+    imagePullPolicy: Never
+    command: ["bash", "-c", "$3"]
+    volumeMounts: [{name: data, mountPath: /data}]
+    securityContext:
+      runAsNonRoot: true
+      runAsUser: 1000
+      runAsGroup: 1000
+      allowPrivilegeEscalation: false
+      capabilities: {drop: ["ALL"]}
+EOF
+}
+csi_diag() {
+	kc -n "$NS" get pvc,volumesnapshot,pod 2>&1 | tail -8
+	kc get volumesnapshotcontent 2>&1 | tail -3
+	local c
+	for c in csi-hostpath csi-provisioner csi-snapshotter snapshot-controller; do
+		tail -n 4 "$LOG_DIR/$c.log" 2>&1 | sed "s/^/$c: /" | cut -c1-300
+	done
+}
+t0=$(now_ms)
+out=$({
+	printf 'apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: snap-src\nspec:\n  storageClassName: agentplane-snapshot\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 64Mi}}\n---\n'
+	csi_pod snap-writer snap-src 'echo snapshot-me > /data/f'
+} | kc -n "$NS" apply -f - 2>&1) || true
+src_h="" dst_h="" snap_h=""
+if kc -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/snap-writer --timeout=90s >/dev/null 2>&1 &&
+	src_h=$(kc get pv "$(kc -n "$NS" get pvc snap-src -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.csi.volumeHandle}' 2>/dev/null) &&
+	[[ "$(cat "$CSI_DATA_DIR/volumes/$src_h/f" 2>/dev/null)" == snapshot-me ]]; then
+	# no class named: the default VolumeSnapshotClass
+	out=$(printf 'apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata:\n  name: snap\nspec:\n  source: {persistentVolumeClaimName: snap-src}\n' |
+		kc -n "$NS" apply -f - 2>&1) || true
+	if kc -n "$NS" wait --for=jsonpath='{.status.readyToUse}'=true volumesnapshot/snap --timeout=60s >/dev/null 2>&1; then
+		snap_ms=$(($(now_ms) - t0))
+		content=$(kc -n "$NS" get volumesnapshot snap -o jsonpath='{.status.boundVolumeSnapshotContentName}' 2>/dev/null)
+		snap_h=$(kc get volumesnapshotcontent "$content" -o jsonpath='{.status.snapshotHandle}' 2>/dev/null)
+		out=$({
+			printf 'apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: snap-fork\nspec:\n  storageClassName: agentplane-snapshot\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 64Mi}}\n'
+			printf '  dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: snap}\n---\n'
+			csi_pod snap-reader snap-fork 'cat /data/f && stat -c %u /data/f && echo forked > /data/g'
+		} | kc -n "$NS" apply -f - 2>&1) || true
+		if kc -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded pod/snap-reader --timeout=90s >/dev/null 2>&1 &&
+			out=$(kc -n "$NS" logs snap-reader 2>&1) && [[ "$(tr '\n' ' ' <<<"$out")" == "snapshot-me 1000 " ]] &&
+			dst_h=$(kc get pv "$(kc -n "$NS" get pvc snap-fork -o jsonpath='{.spec.volumeName}')" -o jsonpath='{.spec.csi.volumeHandle}' 2>/dev/null) &&
+			[[ -n "$dst_h" && "$dst_h" != "$src_h" && -f "$CSI_DATA_DIR/volumes/$dst_h/g" && ! -e "$CSI_DATA_DIR/volumes/$src_h/g" ]] &&
+			[[ -n "$snap_h" && -f "$CSI_DATA_DIR/snapshots/$snap_h/f" && ! -e "$CSI_DATA_DIR/snapshots/$snap_h/g" ]]; then
+			FIGURES+=("VolumeSnapshot readyToUse (claim written, snapshotted): $(secs "$snap_ms")s")
+			pass "VolumeSnapshot of a claim ready ($(secs "$snap_ms")s); a claim forked from it reads the file as uid 1000, and its write stays out of the source ($(secs $(($(now_ms) - t0)))s)"
+		else
+			fail "claim from a VolumeSnapshot" "$out src=$src_h snapshot=$snap_h fork=$dst_h $(csi_diag)"
+		fi
+	else
+		fail "VolumeSnapshot readyToUse" "$out $(csi_diag)"
+	fi
+else
+	fail "claim on agentplane-snapshot written by a uid 1000 pod" "$out src=$src_h $(csi_diag)"
+fi
+kc -n "$NS" delete pod snap-writer snap-reader --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
+kc -n "$NS" delete volumesnapshot snap --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
+kc -n "$NS" delete pvc snap-src snap-fork --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
+gone=0
+for _ in $(seq 1 60); do
+	if [[ -z "$(kc get volumesnapshotcontent -o name 2>/dev/null)$(kc get pv -o jsonpath='{.items[?(@.spec.csi.driver=="hostpath.csi.agentplane.dev")].metadata.name}' 2>/dev/null)" &&
+		-z "$(find "$CSI_DATA_DIR/volumes" "$CSI_DATA_DIR/snapshots" -mindepth 1 -maxdepth 1 2>&1)" ]]; then
+		gone=1
+		break
+	fi
+	sleep 1
+done
+if [[ $gone -eq 1 ]]; then
+	pass "claims and snapshot deleted: no PV, VolumeSnapshotContent or directory of the CSI driver left"
+else
+	fail "CSI volumes and snapshot removed" "$(kc get pv,volumesnapshotcontent 2>&1) $(find "$CSI_DATA_DIR" -maxdepth 2 2>&1 | head -5)"
+fi
+
 # --- 6. port-forward ---------------------------------------------------------------------------
 pf_log=$(mktemp)
 # kubectl itself in the background (not the kc function: that would fork a subshell)
