@@ -267,11 +267,14 @@ fn main() {
     let k = Kubectl::from_env();
     let forks: usize = env_or("BENCH_CKPT_FORKS", 2);
     let only = std::env::var("BENCH_CKPT_CASES").unwrap_or_default();
-    let release = Release::install(&k, "agentplane", SYSTEM, &[]);
+    let snapshot = std::env::var("BENCH_CKPT_STORAGE").is_ok_and(|s| s == "snapshot");
+    let allow = format!("sessionPolicy.storageClasses={{{SNAPSHOT_CLASS}}}");
+    let extra: &[&str] = if snapshot { &["--set", &allow] } else { &[] };
+    let release = Release::install(&k, "agentplane", SYSTEM, extra);
     let ns = Namespace::create(&k, NS, &[]);
     let bench = Bench {
         k: k.clone(),
-        snapshot: std::env::var("BENCH_CKPT_STORAGE").is_ok_and(|s| s == "snapshot"),
+        snapshot,
     };
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for case in cases() {

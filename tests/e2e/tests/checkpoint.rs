@@ -49,6 +49,10 @@ fn a_checkpoint_forks_three_independent_sessions_with_their_shell_state() {
             "--wait",
             "--timeout",
             "5m",
+            // The claims of the VolumeSnapshot walk name the harness's class
+            // with snapshots, which the session policy must allow.
+            "--set",
+            &format!("sessionPolicy.storageClasses={{{SNAPSHOT_CLASS}}}"),
         ],
     );
     assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
