@@ -37,8 +37,24 @@ pub enum Phase {
         /// bash result shows, so a follower stops there.
         ends: Option<[u64; 2]>,
     },
-    /// Ended: the result `Run` would have returned, or the status.
-    Done(Result<ToolResult, tonic::Status>),
+    /// Ended: the result `Run` would have returned, or the status; with the
+    /// call's output while a follower may still need it (see [`Output`]).
+    Done(Result<ToolResult, tonic::Status>, Option<Output>),
+}
+
+/// A call's output files, opened when it started. The phase watch keeps
+/// only the latest phase, so a follower whose first look comes after the
+/// call ended never saw it running; by then the files are removed (or
+/// belong to the jobs the call left). It reads its output from these
+/// descriptors instead, with positioned reads (followers share them).
+/// Kept in the finished phase only while followers exist, and dropped by
+/// the last one, so a runner holds two descriptors per call being
+/// followed, not per call remembered.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub files: Arc<[std::fs::File; 2]>,
+    /// How much of each file is the call's own output (see `Running`).
+    pub ends: Option<[u64; 2]>,
 }
 
 /// One streamed call.
@@ -49,6 +65,8 @@ pub struct Record {
     pub cancel: Arc<Notify>,
     phase: watch::Sender<Phase>,
     finished: Mutex<Option<Instant>>,
+    /// The output files, opened when the call started running.
+    opened: Mutex<Option<Arc<[std::fs::File; 2]>>>,
 }
 
 impl Record {
@@ -58,11 +76,23 @@ impl Record {
             cancel: Arc::new(Notify::new()),
             phase: watch::Sender::new(Phase::Pending),
             finished: Mutex::new(None),
+            opened: Mutex::new(None),
         }
+    }
+
+    /// A record outside a runner's map, for tests of its followers.
+    #[cfg(test)]
+    pub fn for_test(id: &str) -> Record {
+        Record::new(id.to_owned())
     }
 
     /// The call's output files exist and are being written.
     pub fn running(&self, stdout: PathBuf, stderr: PathBuf) {
+        let opened = std::fs::File::open(&stdout)
+            .and_then(|out| Ok([out, std::fs::File::open(&stderr)?]))
+            .ok()
+            .map(Arc::new);
+        *self.opened.lock().unwrap_or_else(PoisonError::into_inner) = opened;
         self.phase.send_replace(Phase::Running {
             stdout,
             stderr,
@@ -79,10 +109,39 @@ impl Record {
         });
     }
 
-    /// The call ended.
+    /// The call ended. Its output stays readable for the followers there
+    /// are now (a follower that comes later attaches to a finished call:
+    /// it gets the result).
     pub fn finish(&self, result: Result<ToolResult, tonic::Status>) {
         *self.finished.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-        self.phase.send_replace(Phase::Done(result));
+        let files = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .filter(|_| self.phase.receiver_count() > 0);
+        self.phase.send_modify(|p| {
+            let ends = match p {
+                Phase::Running { ends, .. } => *ends,
+                _ => None,
+            };
+            *p = Phase::Done(result, files.map(|files| Output { files, ends }));
+        });
+    }
+
+    /// A follower is done with the finished call's output: the last one
+    /// (the caller's own receiver is the only one left) lets it go.
+    pub fn release_output(&self) {
+        if self.phase.receiver_count() > 1 {
+            return;
+        }
+        self.phase.send_if_modified(|p| match p {
+            Phase::Done(_, output @ Some(_)) => {
+                *output = None;
+                false
+            }
+            _ => false,
+        });
     }
 
     /// Follows the call's phase.
@@ -91,7 +150,7 @@ impl Record {
     }
 
     pub fn is_done(&self) -> bool {
-        matches!(*self.phase.borrow(), Phase::Done(_))
+        matches!(*self.phase.borrow(), Phase::Done(..))
     }
 
     fn finished_at(&self) -> Option<Instant> {

@@ -250,7 +250,7 @@ impl RunnerRpc for Service {
         tokio::spawn(async move {
             let _guard = guard;
             let _ = phase
-                .wait_for(|p| matches!(p, crate::calls::Phase::Done(_)))
+                .wait_for(|p| matches!(p, crate::calls::Phase::Done(..)))
                 .await;
         });
         Ok(Response::new(crate::stream::follow(record, 0, 0)))

@@ -144,6 +144,7 @@ fn assert_reflection(v: &Value) {
             "ListTools": {"input": "agentplane.runner.v1.ListToolsRequest", "output": "agentplane.runner.v1.ListToolsResponse"},
             "Export": {"input": "agentplane.runner.v1.ExportRequest", "output": "agentplane.runner.v1.ExportChunk"},
             "Import": {"input": "agentplane.runner.v1.ImportChunk", "output": "agentplane.runner.v1.ImportResponse"},
+            "Hold": {"input": "agentplane.runner.v1.HoldRequest", "output": "agentplane.runner.v1.HoldEvent"},
         })
     );
     assert_eq!(v["health_methods"], serde_json::json!(["Check", "Watch"]));
@@ -242,7 +243,8 @@ async fn reflection_v1_lists_services_and_serves_the_runner_descriptor() {
             "Cancel",
             "ListTools",
             "Export",
-            "Import"
+            "Import",
+            "Hold"
         ]
     );
 }
