@@ -20,7 +20,8 @@
 
 use std::time::Duration;
 
-use e2e::{Kubectl, Namespace, agent, condition, helm, root, sandbox_image, wait_for};
+use e2e::release::Release;
+use e2e::{Kubectl, Namespace, agent, condition, sandbox_image, wait_for};
 use serde_json::Value;
 
 const RELEASE: &str = "agentplane";
@@ -35,53 +36,26 @@ const BY_NAME_CKPT: &str = "fork-by-name-from";
 #[test]
 fn a_checkpoint_forks_three_independent_sessions_with_their_shell_state() {
     let k = Kubectl::from_env();
-    let chart = root().join("charts/agentplane");
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    let r = helm(
-        &k,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().expect("path"),
-            "-n",
-            RELEASE_NS,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "5m",
-            // The claims of the VolumeSnapshot walk name the harness's class
-            // with snapshots, which the session policy must allow.
-            "--set",
-            &format!("sessionPolicy.storageClasses={{{SNAPSHOT_CLASS}}}"),
-        ],
-    );
-    assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
+    // The claims of the VolumeSnapshot walk name the harness's class with
+    // snapshots, which the session policy must allow.
+    let allow = format!("sessionPolicy.storageClasses={{{SNAPSHOT_CLASS}}}");
+    let release = Release::install(&k, RELEASE, RELEASE_NS, &["--set", &allow]);
     let result = std::panic::catch_unwind(|| walk(&k));
     if result.is_err() {
-        eprintln!(
-            "{}",
-            k.run(
-                &[
-                    "-n",
-                    RELEASE_NS,
-                    "logs",
-                    "-l",
-                    "app.kubernetes.io/name=agentplane-operator",
-                    "--tail=120",
-                    "--prefix",
-                ],
-                None,
-            )
-            .stdout
+        release.dump(
+            120,
+            NS,
+            &[
+                "agentcheckpoints",
+                "agentsessions",
+                "volumesnapshots",
+                "pods",
+                "pvc",
+                "events",
+            ],
         );
-        for what in ["agentcheckpoints", "agentsessions", "pods", "pvc", "events"] {
-            eprintln!(
-                "{}",
-                k.run(&["-n", NS, "get", what, "-o", "yaml"], None).stdout
-            );
-        }
     }
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
+    drop(release);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
