@@ -88,6 +88,15 @@ impl Protected {
         })
     }
 
+    /// What of the runner's lies strictly inside the directory `dir`
+    /// (real), if anything: replacing `dir` whole would remove it.
+    pub fn inside(&self, dir: &Path) -> Option<&'static str> {
+        self.entries
+            .iter()
+            .find(|e| e.path != dir && e.path.starts_with(dir))
+            .map(|e| e.what)
+    }
+
     /// The refusal a file tool answers with.
     pub fn refusal(tool: &str, shown: &str, what: &str) -> String {
         format!(

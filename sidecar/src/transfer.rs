@@ -42,6 +42,9 @@ const REPLACED_PREFIX: &str = ".agentplane-replaced-";
 /// Most conflicting names an import refusal lists.
 const CONFLICTS_SHOWN: usize = 8;
 
+/// How deep an import merges into directories holding the runner's files.
+const MERGE_DEPTH: usize = 8;
+
 /// The runner's side of transfers: its bounds and what is never moved.
 #[derive(Debug)]
 pub struct Transfers {
@@ -109,6 +112,73 @@ impl Transfers {
         ctx.protected
             .check(path)
             .or_else(|| self.private.check(path))
+    }
+
+    /// What the runner keeps to itself strictly inside the directory
+    /// `dir` (real), if anything.
+    fn private_inside(&self, ctx: &Ctx, dir: &Path) -> Option<&'static str> {
+        ctx.protected
+            .inside(dir)
+            .or_else(|| self.private.inside(dir))
+    }
+
+    /// The moves that put `staging`'s entries into `dest`: one per entry,
+    /// except that an existing directory holding the runner's own files
+    /// (its state directory under a persistent workspace's `.agentplane`)
+    /// is never replaced whole: the archive's directory of that name is
+    /// merged into it, entry by entry, by the same rule. Landing on the
+    /// runner's files themselves is refused.
+    fn plan_moves(
+        &self,
+        ctx: &Ctx,
+        staging: &Path,
+        dest: &Path,
+        depth: usize,
+        out: &mut Vec<(PathBuf, PathBuf)>,
+    ) -> Result<(), Error> {
+        let listing = fs::read_dir(staging)
+            .map_err(|e| Error::io(format!("cannot list {}", staging.display()), e))?;
+        let mut names = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| Error::io("cannot list the staging directory", e))?;
+            names.push(entry.file_name());
+        }
+        names.sort();
+        for name in &names {
+            let (src, target) = (staging.join(name), dest.join(name));
+            if let Some(what) = self.private(ctx, &target) {
+                return Err(refused(format!(
+                    "the archive's {} would land on {what}, which is never imported over",
+                    target
+                        .strip_prefix(&ctx.workdir)
+                        .unwrap_or(&target)
+                        .display()
+                )));
+            }
+            let existing = fs::symlink_metadata(&target).ok();
+            let holds = existing
+                .as_ref()
+                .filter(|m| m.is_dir())
+                .and_then(|_| self.private_inside(ctx, &target));
+            match holds {
+                None => out.push((src, target)),
+                Some(what) => {
+                    let both_dirs = fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir());
+                    // The runner's own paths are a few levels deep at most.
+                    if !both_dirs || depth >= MERGE_DEPTH {
+                        return Err(refused(format!(
+                            "the archive's {} would replace a directory holding {what}, which is never imported over",
+                            target
+                                .strip_prefix(&ctx.workdir)
+                                .unwrap_or(&target)
+                                .display()
+                        )));
+                    }
+                    self.plan_moves(ctx, &src, &target, depth + 1, out)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `path` (relative to the workdir, or absolute inside it) with its
@@ -384,62 +454,57 @@ impl Transfers {
     }
 
     /// Moves each top-level entry of the staging directory into the
-    /// existing target: all of them, or (on a conflict or a failure) none.
+    /// existing target (see [`Self::plan_moves`]): all of them, or (on a
+    /// conflict or a failure) none.
     fn move_entries(&self, ctx: &Ctx, staged: &Staged) -> Result<(), Error> {
         let staging = staged.staging.path();
-        let listing = fs::read_dir(staging)
-            .map_err(|e| Error::io(format!("cannot list {}", staging.display()), e))?;
-        let mut names = Vec::new();
-        for entry in listing {
-            let entry = entry.map_err(|e| Error::io("cannot list the staging directory", e))?;
-            names.push(entry.file_name());
-        }
-        names.sort();
-        let mut conflicts = Vec::new();
-        for name in &names {
-            let target = staged.dest.join(name);
-            if let Some(what) = self.private(ctx, &target) {
-                return Err(refused(format!(
-                    "the archive's {:?} would land on {what}, which is never imported over",
-                    name
-                )));
-            }
-            if fs::symlink_metadata(&target).is_ok() {
-                conflicts.push(name.to_string_lossy().into_owned());
-            }
-        }
+        let mut moves = Vec::new();
+        self.plan_moves(ctx, staging, &staged.dest, 0, &mut moves)?;
+        let mut conflicts: Vec<String> = moves
+            .iter()
+            .filter(|(_, target)| fs::symlink_metadata(target).is_ok())
+            .map(|(_, target)| {
+                target
+                    .strip_prefix(&staged.dest)
+                    .unwrap_or(target)
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
         if !conflicts.is_empty() && !staged.overwrite {
             let n = conflicts.len();
             conflicts.truncate(CONFLICTS_SHOWN);
             return Err(refused(format!(
-                "{n} of the archive's top-level entries already exist in {}: {}{}; import with overwrite to replace them",
+                "{n} of the archive's entries already exist in {}: {}{}; import with overwrite to replace them",
                 staged.dest.display(),
                 conflicts.join(", "),
                 if n > CONFLICTS_SHOWN { ", ..." } else { "" }
             )));
         }
         let trash = stage(&staged.dest, REPLACED_PREFIX)?;
-        // (name, whether an old entry went to the trash), to undo.
-        let mut moved: Vec<(&std::ffi::OsString, bool)> = Vec::new();
+        // (move, where an old entry went in the trash), to undo.
+        let mut done: Vec<(&(PathBuf, PathBuf), Option<PathBuf>)> = Vec::new();
         let mut result = Ok(());
-        for name in &names {
-            let target = staged.dest.join(name);
-            let replaced = fs::symlink_metadata(&target).is_ok();
+        for (i, mv) in moves.iter().enumerate() {
+            let (src, target) = mv;
+            let old = fs::symlink_metadata(target)
+                .is_ok()
+                .then(|| trash.path().join(i.to_string()));
             let step = (|| {
-                if replaced {
-                    fs::rename(&target, trash.path().join(name))?;
+                if let Some(old) = &old {
+                    fs::rename(target, old)?;
                 }
-                fs::rename(staging.join(name), &target).inspect_err(|_| {
-                    if replaced {
-                        let _ = fs::rename(trash.path().join(name), &target);
+                fs::rename(src, target).inspect_err(|_| {
+                    if let Some(old) = &old {
+                        let _ = fs::rename(old, target);
                     }
                 })
             })();
             match step {
-                Ok(()) => moved.push((name, replaced)),
+                Ok(()) => done.push((mv, old)),
                 Err(e) => {
                     result = Err(Error::io(
-                        format!("cannot move {:?} into {}", name, staged.dest.display()),
+                        format!("cannot move {} into place", target.display()),
                         e,
                     ));
                     break;
@@ -447,11 +512,10 @@ impl Transfers {
             }
         }
         if result.is_err() {
-            for (name, replaced) in moved.into_iter().rev() {
-                let target = staged.dest.join(name);
-                let _ = fs::rename(&target, staging.join(name));
-                if replaced {
-                    let _ = fs::rename(trash.path().join(name), &target);
+            for ((src, target), old) in done.into_iter().rev() {
+                let _ = fs::rename(target, src);
+                if let Some(old) = old {
+                    let _ = fs::rename(old, target);
                 }
             }
         }

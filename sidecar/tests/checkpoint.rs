@@ -437,3 +437,66 @@ async fn a_hold_ends_at_its_deadline_and_refuses_a_longer_one() {
     assert!(done.is_ok(), "{done:?}");
     assert_eq!(holding.release().await.expect("released").why, "deadline");
 }
+
+/// A runner whose state directory is inside its workdir, as on a
+/// persistent workspace (`.agentplane/state` on the claim).
+async fn on_claim() -> Sidecar {
+    let mut s = Sidecar::start().await;
+    s.stop();
+    s.state = s.workdir.join(".agentplane/state");
+    s.spawn().await;
+    s
+}
+
+#[tokio::test]
+async fn an_archive_imports_into_a_workspace_that_holds_the_runners_state() {
+    // Both on claims: the source's archive has a `.agentplane` directory
+    // (the user's file in it; the runner's state left out), and the fork's
+    // `.agentplane` holds its runner's state, which must survive the import.
+    let a = on_claim().await;
+    a.ok(
+        "bash",
+        json!({"command": "mkdir -p .agentplane/mine && echo keep > .agentplane/mine/f && echo x > top.txt && export V=one"}),
+    )
+    .await;
+    let (header, archive) = export(&a).await;
+    let b = on_claim().await;
+    b.ok(
+        "bash",
+        json!({"command": "export B=two && echo old > top.txt"}),
+    )
+    .await;
+    let mut c = b.client().await;
+    let chunks: Vec<Vec<u8>> = archive.chunks(64 << 10).map(<[u8]>::to_vec).collect();
+    let done = tokio::time::timeout(
+        HANG,
+        c.import(
+            ImportHeader {
+                overwrite: true,
+                shell_state: header.shell_state,
+                ..ImportHeader::default()
+            },
+            tokio_stream::iter(chunks),
+        ),
+    )
+    .await
+    .expect("answered");
+    assert!(done.is_ok(), "{done:?}");
+    assert_eq!(
+        b.ok(
+            "bash",
+            json!({"command": "echo $V ${B:-unset}; cat top.txt .agentplane/mine/f; ls .agentplane"})
+        )
+        .await,
+        "one unset\nx\nkeep\nmine\nstate\n",
+        "the files and state imported, the runner's state directory kept"
+    );
+    // Without overwrite, the merge still names what exists.
+    let (_, again) = export(&a).await;
+    let chunks: Vec<Vec<u8>> = again.chunks(64 << 10).map(<[u8]>::to_vec).collect();
+    let err = c
+        .import(ImportHeader::default(), tokio_stream::iter(chunks))
+        .await
+        .expect_err("conflicts");
+    assert!(err.to_string().contains("top.txt"), "{err}");
+}
