@@ -205,7 +205,10 @@ impl Bench {
 
         let ckpt = format!("ckpt-{}", case.name);
         let t = Instant::now();
-        self.apply(&checkpoint_yaml(&ckpt, &src, case.max_bytes));
+        // A snapshot holds the whole claim: no maxBytes below its size
+        // (one would make the operator archive instead).
+        let max_bytes = case.max_bytes.filter(|_| !self.snapshot);
+        self.apply(&checkpoint_yaml(&ckpt, &src, max_bytes));
         self.wait_phase("agentcheckpoint", &ckpt, "Ready");
         let took = t.elapsed();
         let status = self
