@@ -437,12 +437,41 @@ pub fn agent(k: &Kubectl, ns: &str, args: &[&str]) -> (i32, String, String) {
 /// `helm` (from `HELM`, else PATH) against the harness cluster.
 pub fn helm(k: &Kubectl, args: &[&str]) -> Run {
     let bin = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
-    Command::new(&bin)
+    let run: Run = Command::new(&bin)
         .args(args)
         .env("KUBECONFIG", &k.kubeconfig)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"))
-        .into()
+        .into();
+    if run.ok && matches!(args.first(), Some(&("install" | "upgrade"))) {
+        wait_for_admission(k);
+    }
+    run
+}
+
+/// How long a fresh release's admission webhook may take to be reachable.
+const ADMISSION_READY: Duration = Duration::from_secs(60);
+
+/// Waits until the API server reaches the session webhook: `--wait` sees
+/// the operator's pods Ready, but kube-proxy programs the webhook
+/// Service's endpoints a moment later, and a write in between is refused
+/// ("failed calling webhook ... connection refused", seen in CI). A
+/// server-side dry run of a session is answered by the webhook once it is
+/// reachable (or at once where the chart installs none).
+pub fn wait_for_admission(k: &Kubectl) {
+    let probe = format!(
+        "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata: {{name: admission-probe, namespace: default}}\nspec: {{image: {}, tools: []}}\n",
+        sandbox_image()
+    );
+    let start = std::time::Instant::now();
+    loop {
+        let r = k.run(&["create", "--dry-run=server", "-f", "-"], Some(&probe));
+        let unreachable = !r.ok && r.stderr.contains("failed calling webhook");
+        if !unreachable || start.elapsed() > ADMISSION_READY {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The sessions in `ns`, name by UID (what owner references name); empty
