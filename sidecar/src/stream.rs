@@ -165,19 +165,7 @@ async fn send_kept(output: &Output, offsets: &mut [u64; 2], tx: &Tx) -> Result<(
                 break;
             }
             buf.truncate(n);
-            let chunk = Chunk {
-                offset: offsets[i],
-                data: buf,
-            };
-            offsets[i] += n as u64;
-            let event = if i == 0 {
-                run_event::Event::Stdout(chunk)
-            } else {
-                run_event::Event::Stderr(chunk)
-            };
-            tx.send(Ok(RunEvent { event: Some(event) }))
-                .await
-                .map_err(|_| Gone)?;
+            send_chunk(tx, i, &mut offsets[i], buf).await?;
         }
     }
     Ok(())
@@ -207,22 +195,29 @@ async fn send_available(
         if n == 0 {
             continue;
         }
-        let chunk = Chunk {
-            offset: offsets[i],
-            data: buf[..n].to_vec(),
-        };
-        offsets[i] += n as u64;
-        let event = if i == 0 {
-            run_event::Event::Stdout(chunk)
-        } else {
-            run_event::Event::Stderr(chunk)
-        };
-        tx.send(Ok(RunEvent { event: Some(event) }))
-            .await
-            .map_err(|_| Gone)?;
+        send_chunk(tx, i, &mut offsets[i], buf[..n].to_vec()).await?;
         moved = true;
     }
     Ok(moved)
+}
+
+/// Sends `data`, read at `*offset` of stream `i` (0 stdout, 1 stderr),
+/// and moves the offset past it.
+async fn send_chunk(tx: &Tx, i: usize, offset: &mut u64, data: Vec<u8>) -> Result<(), Gone> {
+    let n = data.len() as u64;
+    let chunk = Chunk {
+        offset: *offset,
+        data,
+    };
+    *offset += n;
+    let event = if i == 0 {
+        run_event::Event::Stdout(chunk)
+    } else {
+        run_event::Event::Stderr(chunk)
+    };
+    tx.send(Ok(RunEvent { event: Some(event) }))
+        .await
+        .map_err(|_| Gone)
 }
 
 #[cfg(test)]

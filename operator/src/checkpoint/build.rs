@@ -276,12 +276,7 @@ pub fn fork_volume(checkpoint: &str, volume_name: &str) -> (Volume, VolumeMount)
             }),
             ..Volume::default()
         },
-        VolumeMount {
-            name: volume_name.into(),
-            mount_path: CHECKPOINT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
+        checkpoint_mount(volume_name),
     )
 }
 
@@ -298,11 +293,16 @@ pub fn fork_state_volume(secret: &str, volume_name: &str) -> (Volume, VolumeMoun
             }),
             ..Volume::default()
         },
-        VolumeMount {
-            name: volume_name.into(),
-            mount_path: CHECKPOINT_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        },
+        checkpoint_mount(volume_name),
     )
+}
+
+/// Where a fork's runner finds its checkpoint, read-only.
+fn checkpoint_mount(volume_name: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume_name.into(),
+        mount_path: CHECKPOINT_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
 }

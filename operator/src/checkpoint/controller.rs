@@ -127,7 +127,9 @@ async fn volume_path(
     match ckpt.status.as_ref().and_then(|s| s.method) {
         Some(CheckpointMethod::Archive) => return Ok(Route::Archive(None)),
         Some(CheckpointMethod::VolumeSnapshot) => {
-            return volume_step(cx, ns, ckpt, observed).await.map(Route::Done);
+            return volume_step(cx, ns, ckpt, observed, None)
+                .await
+                .map(Route::Done);
         }
         None => {}
     }
@@ -159,22 +161,31 @@ async fn volume_path(
             ctx.publish(ckpt, &Note::normal("Archiving", message)).await;
             Ok(Route::Archive(Some(Box::new(next))))
         }
-        Choice::Snapshot { storage_class, .. } => {
+        Choice::Snapshot {
+            claim,
+            class,
+            storage_class,
+        } => {
             status.method = Some(CheckpointMethod::VolumeSnapshot);
             status.volume_snapshot = Some(volume::snapshot_name(&ckpt.name_any()));
             status.storage_class_name = Some(storage_class);
             write_status(ctx, ns, ckpt, status).await?;
-            volume_step(cx, ns, &next, observed).await.map(Route::Done)
+            // Just chosen from what was read: the take need not read it again.
+            volume_step(cx, ns, &next, observed, Some((claim, class)))
+                .await
+                .map(Route::Done)
         }
     }
 }
 
-/// One step of a checkpoint taken as a VolumeSnapshot.
+/// One step of a checkpoint taken as a VolumeSnapshot; `chosen` is the
+/// claim and snapshot class when this reconcile just chose them.
 async fn volume_step(
     cx: &CheckpointContext,
     ns: &str,
     ckpt: &AgentCheckpoint,
     observed: &Observed<'_>,
+    chosen: Option<(String, String)>,
 ) -> Result<Action> {
     let ctx = &cx.base;
     let name = ckpt.name_any();
@@ -199,7 +210,9 @@ async fn volume_step(
             };
             carry_out(cx, ns, ckpt, step, None).await
         }
-        volume::Step::Take { source } => take_snapshot(cx, ns, ckpt, observed, source).await,
+        volume::Step::Take { source } => {
+            take_snapshot(cx, ns, ckpt, observed, source, chosen).await
+        }
         volume::Step::Wait { message } => {
             let status = plan::waiting_status(
                 ckpt,
@@ -231,20 +244,30 @@ async fn volume_step(
 /// How often a checkpoint whose snapshot is cut but not ready looks again.
 const SNAPSHOT_POLL: Duration = Duration::from_secs(2);
 
-/// Takes the VolumeSnapshot under the source runner's hold.
+/// Takes the VolumeSnapshot under the source runner's hold: of the claim
+/// and class just `chosen`, else as the storage allows now.
 async fn take_snapshot(
     cx: &CheckpointContext,
     ns: &str,
     ckpt: &AgentCheckpoint,
     observed: &Observed<'_>,
     source: std::net::SocketAddr,
+    chosen: Option<(String, String)>,
 ) -> Result<Action> {
     let ctx = &cx.base;
     let (Some(session), Some(runner_tls)) = (observed.session, ctx.runner_tls.get()) else {
         return Ok(Action::requeue(plan::WAIT_SESSION));
     };
     let max = cx.settings.max_volume_bytes;
-    let (claim, class) = match snapshotting::choose(ctx, ns, ckpt, session, max).await? {
+    let choice = match chosen {
+        Some((claim, class)) => Choice::Snapshot {
+            claim,
+            class,
+            storage_class: String::new(),
+        },
+        None => snapshotting::choose(ctx, ns, ckpt, session, max).await?,
+    };
+    let (claim, class) = match choice {
         Choice::Snapshot { claim, class, .. } => (claim, class),
         Choice::Archive { why } | Choice::Refused { message: why } => {
             let step = Step::Fail {
@@ -271,21 +294,31 @@ async fn take_snapshot(
     match snapshotting::take(ctx, ns, ckpt, &tls, source, &claim, &class).await {
         // The next look finds it cut and marked: Ready, or waiting for the storage.
         Ok(()) => Ok(Action::requeue(Duration::from_millis(500))),
-        Err(e) if e.permanent => {
-            let status = plan::refused_status(ckpt, &e.message, Timestamp::now());
-            ctx.publish(
-                ckpt,
-                &Note::warning(plan::TRANSFER_REFUSED, e.message.clone()),
-            )
-            .await;
-            write_status(ctx, ns, ckpt, &status).await?;
-            Ok(Action::await_change())
-        }
-        Err(e) => {
-            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "snapshot not taken");
-            failed_attempt(ctx, ns, ckpt, &e.message).await
-        }
+        Err(e) => take_failed(ctx, ns, ckpt, &e).await,
     }
+}
+
+/// A take (archive or snapshot) that failed: refused as such, Failed at
+/// once; else a failed attempt, retried after a back-off.
+async fn take_failed(
+    ctx: &Context,
+    ns: &str,
+    ckpt: &AgentCheckpoint,
+    e: &relay::Failure,
+) -> Result<Action> {
+    if !e.permanent {
+        tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint not taken");
+        return failed_attempt(ctx, ns, ckpt, &e.message).await;
+    }
+    tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint refused; not retried");
+    let status = plan::refused_status(ckpt, &e.message, Timestamp::now());
+    ctx.publish(
+        ckpt,
+        &Note::warning(plan::TRANSFER_REFUSED, e.message.clone()),
+    )
+    .await;
+    write_status(ctx, ns, ckpt, &status).await?;
+    Ok(Action::await_change())
 }
 
 /// Carries out one step and writes the status it leads to.
@@ -454,21 +487,7 @@ async fn take(
             remove_sink(ckpt, &pods, sink).await?;
             Ok(Action::await_change())
         }
-        Err(e) if e.permanent => {
-            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint refused; not retried");
-            let status = plan::refused_status(ckpt, &e.message, Timestamp::now());
-            ctx.publish(
-                ckpt,
-                &Note::warning(plan::TRANSFER_REFUSED, e.message.clone()),
-            )
-            .await;
-            write_status(ctx, ns, ckpt, &status).await?;
-            Ok(Action::await_change())
-        }
-        Err(e) => {
-            tracing::warn!(checkpoint = %key(ckpt), error = %e.message, "checkpoint not taken");
-            failed_attempt(ctx, ns, ckpt, &e.message).await
-        }
+        Err(e) => take_failed(ctx, ns, ckpt, &e).await,
     }
 }
 
