@@ -23,6 +23,7 @@ use crate::mcp::destinations::Destinations;
 use crate::policy::SessionPolicy;
 use crate::sandbox::{DiskBounds, EgressPolicy, GatewaySource, PodConfig, RunnerWatch};
 use crate::session::controller::{MAX_CONCURRENT_RECONCILES, SessionContext};
+use crate::session::watches::Watches;
 use crate::{checkpoint, pool, session};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -128,7 +129,9 @@ pub struct RunArgs {
     /// Most sessions reconciled at once. A reconcile is a few API round
     /// trips one after another, so on a large cluster this, not CPU, bounds
     /// sessions made Ready per second; each slot may also hold an MCP
-    /// listing open for up to its timeout.
+    /// listing open for up to its timeout. A quarter of the slots is kept
+    /// for sessions someone waits for (new, changed, pending), so that
+    /// resyncs of settled sessions never hold them all.
     #[arg(long, default_value_t = MAX_CONCURRENT_RECONCILES,
           value_parser = clap::value_parser!(u16).range(1..=512))]
     pub max_concurrent_reconciles: u16,
@@ -646,7 +649,7 @@ async fn run(args: RunArgs) -> Result<()> {
             Duration::from_secs(args.mcp_timeout_seconds),
             mcp,
         );
-        sessions.concurrency = args.max_concurrent_reconciles;
+        sessions.lanes = session::lanes::Lanes::new(args.max_concurrent_reconciles);
         let sessions = Arc::new(sessions);
         let lease = lease_config(&args)?;
         let checkpoints = Arc::new(CheckpointContext {
@@ -772,11 +775,12 @@ fn spawn_webhook(args: &RunArgs, tasks: &mut Tasks, stop: &StopSignal) -> Result
 async fn reconcilers(
     ctx: Arc<Context>,
     sessions: Arc<SessionContext>,
+    watches: Watches,
     checkpoints: Arc<CheckpointContext>,
     stop: StopSignal,
 ) {
     futures::join!(
-        session::controller::run(sessions, stop.wait()),
+        session::controller::run(sessions, watches, stop.wait()),
         pool::controller::run(ctx, stop.wait()),
         checkpoint::controller::run(checkpoints, stop.wait()),
     );
@@ -785,6 +789,8 @@ async fn reconcilers(
 /// Runs the reconcilers, behind the leader lease when one is configured:
 /// they reconcile only while this replica holds the lease, and the error
 /// that ends leadership is returned so that the process exits at once.
+/// The session watches run from the start, leading or not (see
+/// [`session::watches`]).
 async fn reconcile(
     ctx: Arc<Context>,
     sessions: Arc<SessionContext>,
@@ -792,8 +798,9 @@ async fn reconcile(
     lease: Option<LeaseConfig>,
     stop: StopSignal,
 ) -> Result<()> {
+    let watches = Watches::start(&sessions);
     let Some(cfg) = lease else {
-        reconcilers(ctx, sessions, checkpoints, stop).await;
+        reconcilers(ctx, sessions, watches, checkpoints, stop).await;
         return Ok(());
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &cfg.namespace);
@@ -803,7 +810,7 @@ async fn reconcile(
     }
     let outcome = tokio::select! {
         err = leader::hold(&api, &cfg) => Err(err),
-        () = reconcilers(ctx, sessions, checkpoints, stop.clone()) => Ok(()),
+        () = reconcilers(ctx, sessions, watches, checkpoints, stop.clone()) => Ok(()),
     };
     leader::release(&api, &cfg).await;
     outcome

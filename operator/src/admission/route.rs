@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::Counter;
+use opentelemetry::metrics::{Counter, Histogram};
 
 use crate::admission::review as admission;
 use crate::policy::SessionPolicy;
@@ -22,6 +22,18 @@ static DECISIONS: LazyLock<Counter<u64>> = LazyLock::new(|| {
     opentelemetry::global::meter("agentplane-operator")
         .u64_counter("agentplane.webhook.decisions")
         .with_description("Admission decisions on AgentSessions")
+        .build()
+});
+
+/// How long each decision took, from the request's body to the answer:
+/// the webhook's own share of an admission's latency (the API server's
+/// `apiserver_admission_webhook_admission_duration_seconds` adds the
+/// network and its own queueing).
+static DURATION: LazyLock<Histogram<f64>> = LazyLock::new(|| {
+    opentelemetry::global::meter("agentplane-operator")
+        .f64_histogram("agentplane.webhook.duration")
+        .with_unit("s")
+        .with_description("Time to decide one AgentSession admission review")
         .build()
 });
 
@@ -37,6 +49,17 @@ pub const DECISION_DEADLINE: std::time::Duration = std::time::Duration::from_sec
 
 async fn validate(State(session_policy): State<Arc<SessionPolicy>>, body: Bytes) -> Response {
     let decisions = &*DECISIONS;
+    let started = std::time::Instant::now();
+    let response = decide(session_policy, body, decisions).await;
+    DURATION.record(started.elapsed().as_secs_f64(), &[]);
+    response
+}
+
+async fn decide(
+    session_policy: Arc<SessionPolicy>,
+    body: Bytes,
+    decisions: &Counter<u64>,
+) -> Response {
     // Decoding and validating are CPU work: off the async workers, which
     // also renew the leader lease and serve the health endpoints.
     let work = tokio::task::spawn_blocking(move || admission::review(&body, &session_policy));

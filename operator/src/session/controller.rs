@@ -15,17 +15,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crds::{AgentCheckpoint, AgentSession, AgentSessionSpec};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
-use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
@@ -41,13 +40,15 @@ use crate::names::BOUND_ANNOTATION;
 use crate::policy;
 use crate::resolution::{self, CondSpec, Listings, Resolution};
 use crate::session::bulk::StatusBulk;
-use crate::session::cache::{self, Caches};
+use crate::session::cache::Caches;
 use crate::session::claiming;
+use crate::session::lanes::{self, Lane, Lanes};
 use crate::session::lifecycle;
 use crate::session::observe::{earlier_scheme, observe};
 use crate::session::own_writes::OwnWrites;
 use crate::session::plan::{self, Observed, Plan, PodAction};
 use crate::session::unreadable;
+use crate::session::watches::Watches;
 use crate::session::written::{self, Written};
 use crate::validation;
 
@@ -56,6 +57,7 @@ use crate::validation;
 struct Metrics {
     duration: Histogram<f64>,
     errors: Counter<u64>,
+    waited: Histogram<f64>,
 }
 
 impl Metrics {
@@ -68,6 +70,13 @@ impl Metrics {
                 .with_description("Duration of one AgentSession reconcile")
                 .build(),
             errors: meter.u64_counter("agentplane.reconcile.errors").build(),
+            waited: meter
+                .f64_histogram("agentplane.reconcile.waited")
+                .with_unit("s")
+                .with_description(
+                    "Time a due AgentSession reconcile waited for a slot, by lane (urgent, background)",
+                )
+                .build(),
         }
     }
 }
@@ -87,8 +96,8 @@ pub struct SessionContext {
     /// The controller's caches of the sessions' objects, read before the
     /// API server (see [`crate::session::cache`]).
     pub caches: Caches,
-    /// Most sessions reconciled at once (`--max-concurrent-reconciles`).
-    pub concurrency: u16,
+    /// The reconcile slots (`--max-concurrent-reconciles`), in two lanes.
+    pub lanes: Lanes,
     /// The cached sessions' tool definitions, shared (see
     /// [`crate::session::bulk`]).
     pub bulk: Arc<StatusBulk>,
@@ -115,7 +124,7 @@ impl SessionContext {
             mcp_destinations: Arc::new(mcp_destinations),
             written: Written::default(),
             caches: Caches::default(),
-            concurrency: MAX_CONCURRENT_RECONCILES,
+            lanes: Lanes::new(MAX_CONCURRENT_RECONCILES),
             bulk: Arc::default(),
             own_writes: Arc::default(),
             metrics: Metrics::new(),
@@ -158,8 +167,27 @@ async fn list_servers(
     out
 }
 
-/// Reconciles one session.
+/// Reconciles one session, once a slot in its lane is free (see
+/// [`lanes`](crate::session::lanes)). The work is boxed only once the slot
+/// is held, so that thousands of waiting reconciles stay small.
 pub async fn reconcile(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Result<Action> {
+    let lane = match &watched.0 {
+        Ok(session) => {
+            let newer = ctx.own_writes.newer_than(session);
+            lanes::lane(newer.as_deref().unwrap_or(session))
+        }
+        Err(_) => Lane::Urgent,
+    };
+    let waited = Instant::now();
+    let _slot = ctx.lanes.enter(lane).await;
+    ctx.metrics.waited.record(
+        waited.elapsed().as_secs_f64(),
+        &[KeyValue::new("lane", lane.as_str())],
+    );
+    Box::pin(reconcile_traced(watched, ctx)).await
+}
+
+async fn reconcile_traced(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Result<Action> {
     let session = match &watched.0 {
         Ok(session) => session,
         Err(invalid) => return unreadable_session(&ctx, &invalid.metadata, &invalid.error).await,
@@ -679,60 +707,9 @@ pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<SessionContex
 /// Most sessions reconciled at once, unless `--max-concurrent-reconciles`
 /// says otherwise. A reconcile may wait on MCP servers
 /// (bounded by their timeout); the bound keeps a burst of sessions from
-/// opening unbounded connections and starving the lease renewal.
+/// opening unbounded connections and starving the lease renewal. A quarter
+/// of them is kept for urgent sessions (see [`Lanes`]).
 pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
-
-/// A session is looked at again when its spec changes (generation) or
-/// someone asks a suspended one to wake (the wake annotation), not when
-/// only its status or other metadata changed.
-fn generation_or_wake(session: &Watched) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let meta = session.meta();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut h);
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(lifecycle::WAKE_ANNOTATION))
-        .hash(&mut h);
-    Some(h.finish())
-}
-
-/// Drops a cached session's managedFields: nothing reads them, and at
-/// ten thousand sessions they were a large share of what the session
-/// store holds (every writer's field set, as JSON trees).
-fn slim_session(session: &mut Watched) {
-    match &mut session.0 {
-        Ok(s) => s.metadata.managed_fields = None,
-        Err(invalid) => invalid.metadata.managed_fields = None,
-    }
-}
-
-/// The label every object the operator makes carries.
-const MANAGED: &str = "app.kubernetes.io/managed-by=agentplane";
-
-/// A metadata-only watch of the operator's objects of kind `K`: enough to
-/// know a session's object changed or went, without caching a toolset's
-/// bytes per session.
-fn owned_metadata<K>(
-    ctx: &Context,
-) -> impl futures::Stream<
-    Item = std::result::Result<watcher::Event<PartialObjectMeta<K>>, watcher::Error>,
-> + Send
-+ 'static
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let api: Api<PartialObjectMeta<K>> = Api::all(ctx.client.clone());
-    watcher(api, watcher::Config::default().labels(MANAGED))
-        .default_backoff()
-        .modify(|m| m.metadata.managed_fields = None)
-}
 
 /// A fork waits for its checkpoint to be Ready: a checkpoint's change
 /// wakes the forks that start from it, found in the session store (a scan
@@ -753,94 +730,29 @@ fn forks_of(
     }
 }
 
-/// The sessions that need a reconcile, from a watch that also fills the
-/// session store (slimmed: see [`slim_session`] and
-/// [`crate::session::bulk`]) and keeps the shared status parts and our own
-/// writes' records in step with it.
-fn session_changes(
-    ctx: &SessionContext,
-    writer: reflector::store::Writer<Watched>,
-) -> impl futures::Stream<Item = std::result::Result<Watched, watcher::Error>> + Send + 'static {
-    // Through the guard, one object that cannot be decoded is reported on
-    // its own status instead of failing the list and stalling every session.
-    let sessions: Api<Watched> = Api::all(ctx.client.clone());
-    let (bulk, bulk_events) = (Arc::clone(&ctx.bulk), Arc::clone(&ctx.bulk));
-    let own_writes = Arc::clone(&ctx.own_writes);
-    watcher(sessions, watcher::Config::default())
-        .default_backoff()
-        .modify(move |session| {
-            slim_session(session);
-            bulk.slim(session);
-        })
-        .reflect(writer)
-        .inspect_ok(move |event| {
-            bulk_events.apply(event);
-            own_writes.apply(event);
-        })
-        .applied_objects()
-        .predicate_filter(generation_or_wake, Default::default())
-}
-
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller from the moment this replica leads until
+/// `shutdown` resolves, on the watches started before (see
+/// [`watches`](crate::session::watches)).
 ///
 /// Sessions trigger a reconcile only when their generation changes (a spec
 /// change), not on every status write, so the operator's own status patch
-/// never wakes it again; pods it owns trigger on any change, and every
-/// session is looked at again on its plan's requeue.
+/// never wakes it again; the objects it owns trigger on any change, and
+/// every session is looked at again on its plan's requeue. The controller
+/// starts every due reconcile at once; [`Lanes`] decide which runs first.
 pub async fn run(
     ctx: Arc<SessionContext>,
+    watches: Watches,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let (reader, writer) = reflector::store();
-    let changed = session_changes(&ctx, writer);
+    let (reader, triggers, _watching) = watches.lead();
     let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown));
     let forks = forks_of(reader.clone());
     let checkpoints: Api<AgentCheckpoint> = Api::all(ctx.client.clone());
-    let controller = Controller::for_stream(changed, reader).watches(
-        checkpoints,
-        watcher::Config::default(),
-        forks,
-    );
-    // The fences: a removed or changed NetworkPolicy, ConfigMap or claim
-    // wakes its session, whose reconcile applies it again. The same
-    // watches fill the caches a reconcile reads first.
-    let controller = match ctx.caches.take_writers() {
-        Some(w) => controller
-            .owns_stream(
-                watcher(pods, watcher::Config::default().labels(MANAGED))
-                    .default_backoff()
-                    .modify(cache::slim)
-                    .reflect(w.pods)
-                    .inspect_ok({
-                        let caches = ctx.caches.clone();
-                        move |event| caches.index_pod_event(event)
-                    })
-                    .touched_objects(),
-            )
-            .owns_stream(
-                owned_metadata::<NetworkPolicy>(&ctx)
-                    .reflect(w.network_policies)
-                    .touched_objects(),
-            )
-            .owns_stream(
-                owned_metadata::<ConfigMap>(&ctx)
-                    .reflect(w.configmaps)
-                    .touched_objects(),
-            )
-            .owns_stream(
-                owned_metadata::<PersistentVolumeClaim>(&ctx)
-                    .reflect(w.claims)
-                    .touched_objects(),
-            ),
-        None => controller
-            .owns(pods, watcher::Config::default().labels(MANAGED))
-            .owns_stream(owned_metadata::<NetworkPolicy>(&ctx).touched_objects())
-            .owns_stream(owned_metadata::<ConfigMap>(&ctx).touched_objects())
-            .owns_stream(owned_metadata::<PersistentVolumeClaim>(&ctx).touched_objects()),
-    };
-    let sessions = controller
-        .with_config(controller::Config::default().concurrency(ctx.concurrency))
+    let changed = tokio_stream::wrappers::ReceiverStream::new(triggers.changed).map(Ok);
+    let sessions = Controller::for_stream(changed, reader)
+        .reconcile_on(triggers.owners)
+        .watches(checkpoints, watcher::Config::default(), forks)
+        .with_config(controller::Config::default().concurrency(0))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {

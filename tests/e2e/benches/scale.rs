@@ -9,7 +9,8 @@
 //! `--max-concurrent-reconciles=64 --lease-duration-seconds=8
 //! --lease-renew-deadline-seconds=5 --lease-retry-period-seconds=1`).
 //!
-//! Phases (`BENCH_SCALE_PHASES`, default all, in this order):
+//! Phases (`BENCH_SCALE_PHASES`, run in the order given; default all, in
+//! this order; a phase may be given twice):
 //! - ramp: sessions over `BENCH_SCALE_NAMESPACES` namespaces, created by
 //!   `BENCH_SCALE_WRITERS` threads as fast as the API server takes them, in
 //!   steps (`BENCH_SCALE_STEPS`, default 1000,5000,10000); at each step
@@ -64,6 +65,8 @@ struct Bench {
     writers: usize,
     /// The operator whose figures are printed (the leader).
     leader_pid: u32,
+    /// The operator standing by (its watches hold the same caches).
+    standby_pid: Option<u32>,
 }
 
 fn ms(d: Duration) -> String {
@@ -238,8 +241,12 @@ fn ramp(b: &Bench, steps: &[usize]) -> Vec<Step> {
             ms(percentile(&lat, 0.5)),
             ms(percentile(&lat, 0.99))
         );
+        let standby_rss = b
+            .standby_pid
+            .and_then(proc_sample)
+            .map_or("-".into(), |s| mib(s.rss_kib));
         println!(
-            "  operator: RSS {} after the step, CPU {:.2} cores over it; API requests {total:.0} = {:.1} per session made Ready ({})",
+            "  operator: RSS {} after the step (the standby's {standby_rss}), CPU {:.2} cores over it; API requests {total:.0} = {:.1} per session made Ready ({})",
             mib(after.rss_kib),
             cpu_share(&before, &after),
             total / n.max(1) as f64,
@@ -569,10 +576,18 @@ fn failover(b: &mut Bench, leader: Operator, standby: &Operator) {
         .filter_map(|k| Some(ready.get(k)?.saturating_duration_since(t_kill)))
         .collect();
     after.sort();
+    let first_status = {
+        let statused = b.tracker.statused.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .filter_map(|k| Some(statused.get(k)?.saturating_duration_since(t_kill)))
+            .min()
+    };
     b.leader_pid = standby.pid();
+    b.standby_pid = None;
     println!(
-        "failover: leader killed; standby held the Lease after {}; of 20 sessions created after the kill ({failed} refused) {} Ready, the first {} and the last {} after the kill; standby RSS {}",
+        "failover: leader killed; standby held the Lease after {}; reconciling resumed (the first status on a session created after the kill) after {}; of 20 sessions created after the kill ({failed} refused) {} Ready, the first {} and the last {} after the kill; standby RSS {}",
         lease_at.map_or("(not within 120 s)".into(), ms),
+        first_status.map_or("-".into(), ms),
         after.len(),
         after.first().map_or("-".into(), |d| ms(*d)),
         after.last().map_or("-".into(), |d| ms(*d)),
@@ -834,32 +849,36 @@ fn main() {
         namespaces,
         writers: env_or("BENCH_SCALE_WRITERS", 8),
         leader_pid: leader.pid(),
+        standby_pid: Some(standby.pid()),
     };
     let phases = std::env::var("BENCH_SCALE_PHASES")
         .unwrap_or_else(|_| "ramp,churn,warm,failover,webhook".into());
-    let has = |p: &str| phases.split(',').any(|x| x.trim() == p);
     let steps: Vec<usize> = std::env::var("BENCH_SCALE_STEPS")
         .unwrap_or_else(|_| "1000,5000,10000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    if has("ramp") {
-        ramp(&b, &steps);
+    // In the order given: e.g. `webhook,failover,webhook` measures the
+    // webhook before the fail-over too.
+    let mut leader = Some(leader);
+    for phase in phases.split(',').map(str::trim) {
+        match phase {
+            "ramp" => {
+                ramp(&b, &steps);
+            }
+            "churn" => churn(&b),
+            "warm" => warm(&b),
+            "failover" => match leader.take() {
+                Some(l) => failover(&mut b, l, &standby),
+                None => println!("failover: the leader was killed already"),
+            },
+            "webhook" => webhook(&b),
+            other => println!("scale: no phase {other:?}"),
+        }
     }
-    if has("churn") {
-        churn(&b);
-    }
-    if has("warm") {
-        warm(&b);
-    }
-    if has("failover") {
-        failover(&mut b, leader, &standby);
-    } else {
+    if let Some(l) = leader {
         audit(&b, "at the end");
-        drop(leader);
-    }
-    if has("webhook") {
-        webhook(&b);
+        drop(l);
     }
     stop.store(true, Ordering::Relaxed);
     if std::env::var("BENCH_SCALE_KEEP").is_err() {

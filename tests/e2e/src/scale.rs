@@ -135,6 +135,9 @@ pub fn warm_pool(ns: &str, name: &str, image: &str, replicas: usize) -> Value {
 #[derive(Debug, Default)]
 pub struct Tracker {
     pub created: Mutex<HashMap<String, Instant>>,
+    /// When the operator's first status (any phase) was seen: the
+    /// session has been reconciled once.
+    pub statused: Mutex<HashMap<String, Instant>>,
     pub ready: Mutex<HashMap<String, Instant>>,
     pub suspended: Mutex<HashMap<String, Instant>>,
 }
@@ -156,6 +159,13 @@ impl Tracker {
     }
 
     fn see(&self, obj: &Value, at: Instant) {
+        if obj["status"]["phase"].is_string() {
+            self.statused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(key_of(obj))
+                .or_insert(at);
+        }
         let map = match obj["status"]["phase"].as_str() {
             Some("Ready") => &self.ready,
             Some("Suspended") => &self.suspended,
