@@ -293,7 +293,7 @@ async fn resolve(ctx: &SessionContext, session: &AgentSession) -> Resolution {
 /// For a session that names a warm pool, needs a pod and has none: tries
 /// a claim, and records the claimed pod or why the session starts cold.
 async fn claim_if_warm(
-    ctx: &Context,
+    ctx: &SessionContext,
     ns: &str,
     session: &AgentSession,
     res: &Resolution,
@@ -316,11 +316,24 @@ async fn claim_if_warm(
         });
         return Ok(());
     }
+    // An object of someone else's under one of the session's names stops
+    // the session (NameConflict, in the plan): no claim, and no apply of
+    // the policy over theirs.
+    let foreign = [
+        observed.configmap.as_ref(),
+        observed.network_policy.as_ref(),
+        observed.claim.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|meta| !crate::names::owned_by(meta, session));
     if observed.pod.is_none()
         && wants_pod
+        && !foreign
         && let Some(pool) = session.spec.warm_pool.as_deref()
     {
-        match claiming::claim(ctx, ns, session, pool).await? {
+        let np = &mut observed.network_policy;
+        match claiming::claim(ctx, &ctx.written, ns, session, pool, np).await? {
             Ok(pod) => observed.pod = Some(pod),
             Err(cold) => observed.warm = Some(cold),
         }

@@ -53,24 +53,31 @@ impl Release {
     /// Prints the operator's last `lines` log lines and, for each of
     /// `kinds`, the objects of that kind in `ns` as YAML (to stderr).
     pub fn dump(&self, lines: usize, ns: &str, kinds: &[&str]) {
+        self.print_logs("agentplane-operator", lines);
+        for kind in kinds {
+            let r = self.k.run(&["-n", ns, "get", kind, "-o", "yaml"], None);
+            eprintln!("{}{}", r.stdout, r.stderr);
+        }
+    }
+
+    /// Prints the last `lines` log lines of the release's pods of `app`
+    /// (`app.kubernetes.io/name`), each line prefixed with its pod.
+    pub fn print_logs(&self, app: &str, lines: usize) {
         let tail = format!("--tail={lines}");
+        let selector = format!("app.kubernetes.io/name={app}");
         let logs = self.k.run(
             &[
                 "-n",
                 &self.namespace,
                 "logs",
                 "-l",
-                "app.kubernetes.io/name=agentplane-operator",
+                &selector,
                 &tail,
                 "--prefix",
             ],
             None,
         );
         eprintln!("{}{}", logs.stdout, logs.stderr);
-        for kind in kinds {
-            let r = self.k.run(&["-n", ns, "get", kind, "-o", "yaml"], None);
-            eprintln!("{}{}", r.stdout, r.stderr);
-        }
     }
 }
 

@@ -12,7 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{Kubectl, Namespace, agent, condition, helm, ms, root, sandbox_image, wait_for};
+use e2e::release::Release;
+use e2e::{Kubectl, Namespace, agent, condition, ms, sandbox_image, wait_for};
 use serde_json::Value;
 
 const RELEASE: &str = "bounds";
@@ -22,21 +23,11 @@ const T: Duration = Duration::from_secs(180);
 #[test]
 fn fences_hold_against_a_namespace_admin_and_disk_bounds_evict() {
     let k = Kubectl::from_env();
-    let chart = root().join("charts/agentplane");
-    let chart = chart.to_str().expect("path");
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    let r = helm(
+    let release = Release::install(
         &k,
+        RELEASE,
+        RELEASE_NS,
         &[
-            "install",
-            RELEASE,
-            chart,
-            "-n",
-            RELEASE_NS,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "5m",
             "--set",
             "replicaCount=1",
             // A small /tmp, so that filling it is quick.
@@ -44,26 +35,11 @@ fn fences_hold_against_a_namespace_admin_and_disk_bounds_evict() {
             "sandboxDefaults.tmpSize=64Mi",
         ],
     );
-    assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
     let result = std::panic::catch_unwind(|| scenario(&k));
     if result.is_err() {
-        eprintln!(
-            "{}",
-            k.run(
-                &[
-                    "-n",
-                    RELEASE_NS,
-                    "logs",
-                    "-l",
-                    "app.kubernetes.io/name=agentplane-operator",
-                    "--tail=120",
-                ],
-                None
-            )
-            .stdout
-        );
+        release.print_logs("agentplane-operator", 120);
     }
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
+    drop(release);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

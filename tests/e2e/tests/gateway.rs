@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use e2e::front::{Front, api_server, token, with_token};
-use e2e::{Kubectl, Namespace, agent, helm, root, sandbox_image, wait_for};
+use e2e::release::Release;
+use e2e::{Kubectl, Namespace, agent, root, sandbox_image, wait_for};
 use gateway::proto::gateway_client::GatewayClient;
 use gateway::proto::{CallRequest, ListToolsRequest, Session, call_event};
 use serde_json::{Value, json};
@@ -21,45 +22,13 @@ const GATEWAY: &str = "agentplane-gateway";
 #[test]
 fn the_gateway_authorises_by_kubernetes_over_grpc_and_http() {
     let k = Kubectl::from_env();
-    let chart = root().join("charts/agentplane");
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
-    let r = helm(
-        &k,
-        &[
-            "install",
-            RELEASE,
-            chart.to_str().expect("path"),
-            "-n",
-            RELEASE_NS,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "5m",
-        ],
-    );
-    assert!(r.ok, "helm install: {}\n{}", r.stdout, r.stderr);
+    let release = Release::install(&k, RELEASE, RELEASE_NS, &[]);
     let result = std::panic::catch_unwind(|| walk(&k));
     if result.is_err() {
-        for app in ["agentplane-gateway", "agentplane-operator"] {
-            eprintln!(
-                "{}",
-                k.run(
-                    &[
-                        "-n",
-                        RELEASE_NS,
-                        "logs",
-                        "-l",
-                        &format!("app.kubernetes.io/name={app}"),
-                        "--tail=60",
-                        "--prefix"
-                    ],
-                    None
-                )
-                .stdout
-            );
-        }
+        release.print_logs("agentplane-gateway", 60);
+        release.print_logs("agentplane-operator", 60);
     }
-    let _ = helm(&k, &["uninstall", RELEASE, "-n", RELEASE_NS, "--wait"]);
+    drop(release);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
