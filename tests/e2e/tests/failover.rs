@@ -76,7 +76,8 @@ fn scenario(k: &Kubectl, first: &Path, second: &Path) {
     let ns = Namespace::create(k, "e2e-failover", &[]);
     let certs = Certs::generate();
     let runner = runner_image();
-    // A short lease, so that the test waits seconds, not the chart's 10 s.
+    // A lease a little shorter than the chart's; the renew deadline stays
+    // long enough that a leader on a busy machine does not step down early.
     let args = [
         "--runner-image",
         &runner,
@@ -86,11 +87,11 @@ fn scenario(k: &Kubectl, first: &Path, second: &Path) {
         "--lease-name",
         LEASE,
         "--lease-duration-seconds",
-        "4",
+        "8",
         "--lease-renew-deadline-seconds",
-        "3",
+        "6",
         "--lease-retry-period-seconds",
-        "1",
+        "2",
     ];
     let op_a = Operator::start_with_env(
         &k.kubeconfig,
