@@ -464,22 +464,41 @@ pub fn ready_status(
         taken.file_bytes,
         claim_name(&checkpoint.metadata.name.clone().unwrap_or_default())
     );
+    taken_status(
+        checkpoint,
+        &message,
+        now,
+        AgentCheckpointStatus {
+            size_bytes: Some(taken.file_bytes),
+            entries: Some(taken.entries),
+            skipped: Some(taken.skipped),
+            ..carried(previous)
+        },
+    )
+}
+
+/// `base` marked Ready now, its condition `Taken` saying `message`: what
+/// both ways of taking a checkpoint end with.
+fn taken_status(
+    checkpoint: &AgentCheckpoint,
+    message: &str,
+    now: Timestamp,
+    base: AgentCheckpointStatus,
+) -> AgentCheckpointStatus {
+    let previous = checkpoint.status.as_ref();
     AgentCheckpointStatus {
         phase: Some(CheckpointPhase::Ready),
-        size_bytes: Some(taken.file_bytes),
-        entries: Some(taken.entries),
-        skipped: Some(taken.skipped),
         taken_at: Some(now.to_string()),
         attempts: previous.and_then(|p| p.attempts),
         conditions: condition(
             previous,
             true,
             "Taken",
-            &message,
+            message,
             checkpoint.metadata.generation,
             now,
         ),
-        ..carried(previous)
+        ..base
     }
 }
 
@@ -499,21 +518,15 @@ pub fn snapshot_ready_status(
         carried.volume_snapshot.as_deref().unwrap_or_default(),
         carried.storage_class_name.as_deref().unwrap_or_default()
     );
-    AgentCheckpointStatus {
-        phase: Some(CheckpointPhase::Ready),
-        size_bytes: size,
-        taken_at: Some(now.to_string()),
-        attempts: previous.and_then(|p| p.attempts),
-        conditions: condition(
-            previous,
-            true,
-            "Taken",
-            &message,
-            checkpoint.metadata.generation,
-            now,
-        ),
-        ..carried
-    }
+    taken_status(
+        checkpoint,
+        &message,
+        now,
+        AgentCheckpointStatus {
+            size_bytes: size,
+            ..carried
+        },
+    )
 }
 
 /// The name of a checkpoint's claim: `<checkpoint>-ckpt` (shortened with a
