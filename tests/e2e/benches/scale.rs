@@ -44,7 +44,10 @@ use e2e::scale::{
     self, ProcSample, SCALE_NS, Tracker, cluster_pids, cpu_share, operator_requests, proc_sample,
     sessions_path,
 };
-use e2e::{Certs, Kubectl, Operator, env_or, free_port, install_crd, percentile, register_webhook};
+use e2e::{
+    Certs, Kubectl, Operator, env_or, free_port, install_crd, percentile, register_webhook,
+    unregister_webhook,
+};
 use serde_json::{Value, json};
 
 const WEBHOOK: &str = "agentplane-scale";
@@ -882,15 +885,7 @@ fn main() {
     }
     stop.store(true, Ordering::Relaxed);
     if std::env::var("BENCH_SCALE_KEEP").is_err() {
-        let _ = b.k.run(
-            &[
-                "delete",
-                "validatingwebhookconfiguration",
-                WEBHOOK,
-                "--ignore-not-found",
-            ],
-            None,
-        );
+        unregister_webhook(&b.k, WEBHOOK);
         let _ = b.k.run(
             &[
                 "delete",

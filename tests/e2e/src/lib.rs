@@ -396,6 +396,35 @@ webhooks:
     k.apply(&yaml)
 }
 
+/// The objects of `kind` in `ns` labelled for `session` (the operator's
+/// `agentplane.dev/session` label).
+pub fn session_objects(k: &Kubectl, kind: &str, ns: &str, session: &str) -> Vec<Value> {
+    k.get(&[
+        kind,
+        "-n",
+        ns,
+        "-l",
+        &format!("agentplane.dev/session={session}"),
+    ])
+    .and_then(|v| v["items"].as_array().cloned())
+    .unwrap_or_default()
+}
+
+/// Removes the webhook registration `name`, if there is one: a test's last
+/// step, since a registration whose server is gone refuses every session
+/// write (failurePolicy Fail).
+pub fn unregister_webhook(k: &Kubectl, name: &str) {
+    let _ = k.run(
+        &[
+            "delete",
+            "validatingwebhookconfiguration",
+            name,
+            "--ignore-not-found",
+        ],
+        None,
+    );
+}
+
 /// Standard base64, for caBundle.
 pub fn base64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use e2e::{
     Certs, Kubectl, Namespace, Operator, fail_with_log, free_port, install_crd, register_webhook,
-    runner_image, sandbox_image, wait_for,
+    runner_image, sandbox_image, unregister_webhook, wait_for,
 };
-use serde_json::Value;
 
 const WEBHOOK: &str = "agentplane-e2e-failover";
 const LEASE: &str = "e2e-failover";
@@ -22,18 +21,6 @@ fn session(name: &str) -> String {
         "apiVersion: agentplane.dev/v1alpha1\nkind: AgentSession\nmetadata:\n  name: {name}\nspec:\n  image: {image}\n  tools:\n    - type: agent_toolset_20260401\n",
         image = sandbox_image()
     )
-}
-
-fn owned(k: &Kubectl, ns: &str, kind: &str, session: &str) -> Vec<Value> {
-    k.get(&[
-        kind,
-        "-n",
-        ns,
-        "-l",
-        &format!("agentplane.dev/session={session}"),
-    ])
-    .and_then(|v| v["items"].as_array().cloned())
-    .unwrap_or_default()
 }
 
 fn holder(k: &Kubectl, ns: &str) -> Option<String> {
@@ -53,15 +40,7 @@ fn a_standby_takes_over_with_its_caches_listed() {
     let logs = tempfile::tempdir().expect("tempdir");
     let (first, second) = (logs.path().join("op-a.log"), logs.path().join("op-b.log"));
     let result = std::panic::catch_unwind(|| scenario(&k, &first, &second));
-    let _ = k.run(
-        &[
-            "delete",
-            "validatingwebhookconfiguration",
-            WEBHOOK,
-            "--ignore-not-found",
-        ],
-        None,
-    );
+    unregister_webhook(&k, WEBHOOK);
     if let Err(e) = result {
         eprintln!(
             "---- op-a (the leader killed) ----\n{}",
@@ -189,7 +168,7 @@ fn scenario(k: &Kubectl, first: &Path, second: &Path) {
             ready(k, &ns.name, name).then_some(())
         });
         for kind in ["pods", "configmaps", "networkpolicies"] {
-            let objects = owned(k, &ns.name, kind, name);
+            let objects = e2e::session_objects(k, kind, &ns.name, name);
             assert_eq!(
                 objects.len(),
                 1,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use e2e::{
     Certs, Kubectl, Namespace, Operator, condition, fail_with_log, free_port, install_crd,
-    register_webhook, root, runner_image, sandbox_image, wait_for,
+    register_webhook, root, runner_image, sandbox_image, unregister_webhook, wait_for,
 };
 use serde_json::Value;
 
@@ -30,15 +30,7 @@ fn apply_in(k: &Kubectl, ns: &str, yaml: &str) -> e2e::Run {
 }
 
 fn pods_of(k: &Kubectl, ns: &str, session: &str) -> Vec<Value> {
-    k.get(&[
-        "pods",
-        "-n",
-        ns,
-        "-l",
-        &format!("agentplane.dev/session={session}"),
-    ])
-    .and_then(|v| v["items"].as_array().cloned())
-    .unwrap_or_default()
+    e2e::session_objects(k, "pods", ns, session)
 }
 
 struct McpServer(Child);
@@ -78,15 +70,7 @@ fn operator_and_webhook_on_a_real_api_server() {
     let logs = tempfile::tempdir().expect("tempdir");
     let log = logs.path().join("operator.log");
     let result = std::panic::catch_unwind(|| scenarios(&k, &log));
-    let _ = k.run(
-        &[
-            "delete",
-            "validatingwebhookconfiguration",
-            WEBHOOK,
-            "--ignore-not-found",
-        ],
-        None,
-    );
+    unregister_webhook(&k, WEBHOOK);
     if let Err(e) = result {
         fail_with_log(log.as_path(), e);
     }
@@ -95,15 +79,7 @@ fn operator_and_webhook_on_a_real_api_server() {
 fn scenarios(k: &Kubectl, log: &std::path::Path) {
     // The CRD, as the chart ships it.
     install_crd(k);
-    let _ = k.run(
-        &[
-            "delete",
-            "validatingwebhookconfiguration",
-            WEBHOOK,
-            "--ignore-not-found",
-        ],
-        None,
-    );
+    unregister_webhook(k, WEBHOOK);
 
     // A session stored before the webhook existed.
     let legacy = Namespace::create(k, "e2e-legacy", &[]);
