@@ -74,7 +74,7 @@ impl Metrics {
                 .f64_histogram("agentplane.reconcile.waited")
                 .with_unit("s")
                 .with_description(
-                    "Time a due AgentSession reconcile waited for a slot, by lane (urgent, background)",
+                    "Time a due AgentSession reconcile waited for a slot, by lane (finishing, new, background)",
                 )
                 .build(),
         }
@@ -104,6 +104,9 @@ pub struct SessionContext {
     /// The sessions as our last status writes left them (see
     /// [`crate::session::own_writes`]).
     pub own_writes: Arc<OwnWrites>,
+    /// The session store, once the watches run: a reconcile that waited
+    /// for its slot reads the session again from here (see [`reconcile`]).
+    pub sessions: std::sync::OnceLock<reflector::Store<Watched>>,
     metrics: Metrics,
 }
 
@@ -127,6 +130,7 @@ impl SessionContext {
             lanes: Lanes::new(MAX_CONCURRENT_RECONCILES),
             bulk: Arc::default(),
             own_writes: Arc::default(),
+            sessions: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         }
     }
@@ -176,7 +180,8 @@ pub async fn reconcile(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Resul
             let newer = ctx.own_writes.newer_than(session);
             lanes::lane(newer.as_deref().unwrap_or(session))
         }
-        Err(_) => Lane::Urgent,
+        // Its status says why it cannot be read: one cheap write.
+        Err(_) => Lane::Finishing,
     };
     let waited = Instant::now();
     let _slot = ctx.lanes.enter(lane).await;
@@ -184,7 +189,17 @@ pub async fn reconcile(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Resul
         waited.elapsed().as_secs_f64(),
         &[KeyValue::new("lane", lane.as_str())],
     );
-    Box::pin(reconcile_traced(watched, ctx)).await
+    // The session as the store holds it now: the one handed over when the
+    // reconcile became due may be minutes old after the wait, older than
+    // the watch's copy of our own last status write (whose record in
+    // `own_writes` is gone once the watch brought it), and a status
+    // conditional on it would be refused as stale (the scale bench: 1 392
+    // refusals at 10 000 sessions, each retried a second later).
+    let current = ctx
+        .sessions
+        .get()
+        .and_then(|store| store.get(&reflector::ObjectRef::from_obj(watched.as_ref())));
+    Box::pin(reconcile_traced(current.unwrap_or(watched), ctx)).await
 }
 
 async fn reconcile_traced(watched: Arc<Watched>, ctx: Arc<SessionContext>) -> Result<Action> {
@@ -721,7 +736,7 @@ pub fn error_policy(session: Arc<Watched>, error: &Error, ctx: Arc<SessionContex
 /// says otherwise. A reconcile may wait on MCP servers
 /// (bounded by their timeout); the bound keeps a burst of sessions from
 /// opening unbounded connections and starving the lease renewal. A quarter
-/// of them is kept for urgent sessions (see [`Lanes`]).
+/// of them is kept for sessions under way (see [`Lanes`]).
 pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
 
 /// A fork waits for its checkpoint to be Ready: a checkpoint's change

@@ -1,20 +1,27 @@
-//! Two lanes into the reconcile slots, so that a session someone is
-//! waiting for is never queued behind thousands of resyncs.
+//! Three lanes into the reconcile slots, so that a session someone is
+//! waiting for is never queued behind thousands of resyncs, and a session
+//! already under way is finished before new ones are started.
 //!
-//! Why: the scale bench's fail-over at ten thousand sessions. The new
+//! Why: the scale bench. At a fail-over with ten thousand sessions the new
 //! leader looks at every session once (it cannot know what its predecessor
 //! finished), and the sessions created while the lease moved waited behind
 //! all of them: the lease moved in 9.8 s, the first new session was Ready
-//! after 38 s, the last after 138 s. The same holds for a burst of new
-//! sessions arriving during a resync.
+//! after 38 s, the last after 138 s. And in a burst, a session whose pod
+//! has just turned Ready (one status write from Ready) waited behind every
+//! session created after it, so that all of them turned Ready late
+//! together.
 //!
-//! A session whose status already settles its current generation (Ready,
-//! suspended, ended, refused) is *background*: a look at it finds nothing
-//! to do, most of the time. Everything else -- new, changed, pending, asked
-//! to wake -- is *urgent*. Background reconciles may hold at most
-//! `capacity - reserve` of the slots, so `reserve` slots are always there for
-//! urgent ones; otherwise both lanes share the slots first come, first
-//! served (background work is not starved either).
+//! - *finishing*: the status is there but does not settle the current
+//!   generation (pending, changed, asked to wake, being deleted); may take
+//!   any slot.
+//! - *new*: no status yet; may hold at most `capacity - reserve` slots.
+//! - *background*: the status settles the current generation (Ready,
+//!   suspended, ended, refused): a look at it almost always finds nothing to
+//!   do; may hold at most `capacity - reserve` slots.
+//!
+//! So `reserve` slots are always there for finishing work, and new work
+//! always finds a slot that resyncs cannot take. Within those bounds the
+//! lanes share the slots first come, first served: nothing starves.
 //!
 //! The controller hands every due reconcile to the lanes at once (its own
 //! concurrency is unbounded); a waiting reconcile is a few hundred bytes (its
@@ -32,9 +39,10 @@ use crate::session::lifecycle::WAKE_ANNOTATION;
 /// Which lane a reconcile waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lane {
-    /// Someone is waiting for this session: it is new, changed, not yet
-    /// running, or asked to wake.
-    Urgent,
+    /// A session under way: its status does not settle its generation.
+    Finishing,
+    /// A session never reconciled (no status).
+    New,
     /// A look at a session whose status settles its current generation.
     Background,
 }
@@ -42,7 +50,8 @@ pub enum Lane {
 impl Lane {
     pub fn as_str(self) -> &'static str {
         match self {
-            Lane::Urgent => "urgent",
+            Lane::Finishing => "finishing",
+            Lane::New => "new",
             Lane::Background => "background",
         }
     }
@@ -51,13 +60,13 @@ impl Lane {
 /// The lane of a reconcile of `session` (the newest version known).
 pub fn lane(session: &AgentSession) -> Lane {
     let Some(status) = &session.status else {
-        return Lane::Urgent;
+        return Lane::New;
     };
     if session.metadata.deletion_timestamp.is_some()
         || status.observed_generation.is_none()
         || status.observed_generation != session.metadata.generation
     {
-        return Lane::Urgent;
+        return Lane::Finishing;
     }
     let waking = session
         .metadata
@@ -65,8 +74,8 @@ pub fn lane(session: &AgentSession) -> Lane {
         .as_ref()
         .is_some_and(|a| a.contains_key(WAKE_ANNOTATION));
     match status.phase {
-        None | Some(SessionPhase::Pending) => Lane::Urgent,
-        Some(SessionPhase::Suspended) if waking => Lane::Urgent,
+        None | Some(SessionPhase::Pending) => Lane::Finishing,
+        Some(SessionPhase::Suspended) if waking => Lane::Finishing,
         Some(
             SessionPhase::Ready
             | SessionPhase::Invalid
@@ -78,10 +87,11 @@ pub fn lane(session: &AgentSession) -> Lane {
     }
 }
 
-/// The reconcile slots, shared by both lanes.
+/// The reconcile slots, shared by the lanes.
 #[derive(Debug)]
 pub struct Lanes {
     all: Arc<Semaphore>,
+    new: Arc<Semaphore>,
     background: Arc<Semaphore>,
     capacity: usize,
     reserve: usize,
@@ -91,12 +101,12 @@ pub struct Lanes {
 #[derive(Debug)]
 pub struct Slot {
     _all: OwnedSemaphorePermit,
-    _background: Option<OwnedSemaphorePermit>,
+    _lane: Option<OwnedSemaphorePermit>,
 }
 
 impl Lanes {
     /// `capacity` slots (at least one), of which a quarter (at least one,
-    /// none when there is a single slot) are kept for urgent reconciles.
+    /// none when there is a single slot) only finishing work may take.
     pub fn new(capacity: u16) -> Self {
         let capacity = usize::from(capacity.max(1));
         let reserve = if capacity == 1 {
@@ -106,6 +116,7 @@ impl Lanes {
         };
         Self {
             all: Arc::new(Semaphore::new(capacity)),
+            new: Arc::new(Semaphore::new(capacity - reserve)),
             background: Arc::new(Semaphore::new(capacity - reserve)),
             capacity,
             reserve,
@@ -117,23 +128,28 @@ impl Lanes {
         self.capacity
     }
 
-    /// Slots only urgent reconciles may take.
+    /// Slots new and background work may not take.
     pub fn reserve(&self) -> usize {
         self.reserve
     }
 
     /// Waits for a slot in `lane`. The semaphores are never closed, so this
-    /// cannot fail; a closed one would be a bug, answered with a slot that
-    /// limits nothing rather than a reconcile that never runs.
+    /// cannot fail; `None` (a closed one, a bug) lets the reconcile run
+    /// unlimited rather than never.
     pub async fn enter(&self, lane: Lane) -> Option<Slot> {
-        let background = match lane {
-            Lane::Urgent => None,
-            Lane::Background => Some(Arc::clone(&self.background).acquire_owned().await.ok()?),
+        let bound = match lane {
+            Lane::Finishing => None,
+            Lane::New => Some(&self.new),
+            Lane::Background => Some(&self.background),
+        };
+        let lane = match bound {
+            Some(s) => Some(Arc::clone(s).acquire_owned().await.ok()?),
+            None => None,
         };
         let all = Arc::clone(&self.all).acquire_owned().await.ok()?;
         Some(Slot {
             _all: all,
-            _background: background,
+            _lane: lane,
         })
     }
 
@@ -167,14 +183,14 @@ mod tests {
 
     #[test]
     fn only_a_status_that_settles_the_current_generation_is_background() {
-        assert_eq!(lane(&session(1, None)), Lane::Urgent);
+        assert_eq!(lane(&session(1, None)), Lane::New);
         assert_eq!(
             lane(&session(1, Some((1, SessionPhase::Pending)))),
-            Lane::Urgent
+            Lane::Finishing
         );
         assert_eq!(
             lane(&session(2, Some((1, SessionPhase::Ready)))),
-            Lane::Urgent,
+            Lane::Finishing,
             "a changed spec"
         );
         for settled in [
@@ -199,17 +215,17 @@ mod tests {
             )]
             .into(),
         );
-        assert_eq!(lane(&waking), Lane::Urgent, "asked to wake");
+        assert_eq!(lane(&waking), Lane::Finishing, "asked to wake");
         let mut going = session(1, Some((1, SessionPhase::Ready)));
         going.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        assert_eq!(lane(&going), Lane::Urgent, "being deleted");
+        assert_eq!(lane(&going), Lane::Finishing, "being deleted");
     }
 
     #[test]
-    fn a_quarter_of_the_slots_is_kept_for_urgent_work() {
+    fn a_quarter_of_the_slots_is_kept_for_finishing_work() {
         for (capacity, reserve) in [(0, 0), (1, 0), (2, 1), (4, 1), (16, 4), (64, 16)] {
             let lanes = Lanes::new(capacity);
             assert_eq!(lanes.reserve(), reserve, "capacity {capacity}");
@@ -217,47 +233,72 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn background_work_never_takes_the_reserve() {
+    /// Fills the lane's share of four slots (three), then shows that a
+    /// fourth reconcile of that lane waits while a finishing one gets the
+    /// reserved slot at once, and that a freed slot goes to the waiter.
+    async fn a_bounded_lane_never_takes_the_reserve(bounded: Lane) {
         let lanes = Arc::new(Lanes::new(4));
         let mut held = Vec::new();
         for _ in 0..3 {
-            held.push(lanes.enter(Lane::Background).await.expect("a slot"));
+            held.push(lanes.enter(bounded).await.expect("a slot"));
         }
-        // A fourth background reconcile waits although a slot is free...
         let waiting = {
             let lanes = Arc::clone(&lanes);
-            tokio::spawn(async move { lanes.enter(Lane::Background).await })
+            tokio::spawn(async move { lanes.enter(bounded).await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "background took the reserved slot");
+        assert!(!waiting.is_finished(), "{bounded:?} took the reserved slot");
         assert_eq!(lanes.free(), 1);
-        // ...and an urgent one takes that slot at once.
-        let urgent = tokio::time::timeout(Duration::from_secs(5), lanes.enter(Lane::Urgent))
+        let finishing = tokio::time::timeout(Duration::from_secs(5), lanes.enter(Lane::Finishing))
             .await
-            .expect("an urgent reconcile waited behind background ones")
+            .expect("finishing work waited behind {bounded:?} work")
             .expect("a slot");
         assert_eq!(lanes.free(), 0);
-        // Slots freed go round: the waiting background reconcile gets one.
         held.pop();
         let got = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
-            .expect("the background reconcile never got a freed slot")
+            .expect("the waiting reconcile never got a freed slot")
             .expect("joined");
         assert!(got.is_some());
-        drop(urgent);
+        drop(finishing);
         assert_eq!(lanes.free(), 1);
     }
 
     #[tokio::test]
-    async fn urgent_work_may_use_every_slot() {
+    async fn background_work_never_takes_the_reserve() {
+        a_bounded_lane_never_takes_the_reserve(Lane::Background).await;
+    }
+
+    #[tokio::test]
+    async fn new_work_never_takes_the_reserve() {
+        a_bounded_lane_never_takes_the_reserve(Lane::New).await;
+    }
+
+    #[tokio::test]
+    async fn resyncs_leave_room_for_new_sessions() {
+        let lanes = Lanes::new(4);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(lanes.enter(Lane::Background).await.expect("a slot"));
+        }
+        let new = tokio::time::timeout(Duration::from_secs(5), lanes.enter(Lane::New))
+            .await
+            .expect("a new session waited behind resyncs")
+            .expect("a slot");
+        assert_eq!(lanes.free(), 0);
+        drop((held, new));
+        assert_eq!(lanes.free(), 4);
+    }
+
+    #[tokio::test]
+    async fn finishing_work_may_use_every_slot() {
         let lanes = Lanes::new(4);
         let mut held = Vec::new();
         for _ in 0..4 {
             held.push(
-                tokio::time::timeout(Duration::from_secs(5), lanes.enter(Lane::Urgent))
+                tokio::time::timeout(Duration::from_secs(5), lanes.enter(Lane::Finishing))
                     .await
-                    .expect("an urgent slot")
+                    .expect("a finishing slot")
                     .expect("a slot"),
             );
         }

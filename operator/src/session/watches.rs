@@ -89,6 +89,7 @@ impl Watches {
         let (changed_tx, changed) = mpsc::channel(BACKLOG);
         let (owners_tx, owners) = mpsc::channel(BACKLOG);
         let (sessions, writer) = reflector::store();
+        let _ = ctx.sessions.set(sessions.clone());
         let mut tasks = JoinSet::new();
         tasks.spawn(forward(
             session_changes(ctx, writer).filter_map(|r| async move { r.ok() }),
@@ -165,12 +166,13 @@ impl Watches {
     }
 }
 
-/// The references of `sessions`, urgent ones (see [`lanes::lane`]) first;
-/// an undecodable session counts as urgent (its status says why).
+/// The references of `sessions`, urgent ones (not in the background lane,
+/// see [`lanes::lane`]) first; an undecodable session counts as urgent
+/// (its status says why).
 pub fn urgent_first(sessions: &[Arc<Watched>]) -> Vec<ObjectRef<Watched>> {
     let (mut urgent, background): (Vec<_>, Vec<_>) = sessions.iter().partition(|w| {
         w.0.as_ref()
-            .map_or(true, |s| lanes::lane(s) == Lane::Urgent)
+            .map_or(true, |s| lanes::lane(s) != Lane::Background)
     });
     urgent.extend(background);
     urgent
