@@ -28,7 +28,8 @@
 //! - warm: `BENCH_SCALE_WARM` sessions claimed at once from warm pools of
 //!   100 over the fake nodes (one pool per namespace).
 //! - failover: the leading operator killed; time until the standby holds the
-//!   Lease and until a session created after the kill is Ready; then every
+//!   Lease, until a session created after the kill has its first status
+//!   (reconciling resumed) and until it is Ready; then every
 //!   session, pod and ConfigMap listed to find lost or duplicate ones.
 //! - webhook: dry-run creates at `BENCH_SCALE_WEBHOOK_RATE`/s (default 200)
 //!   for `BENCH_SCALE_WEBHOOK_SECONDS`; client p50/p99 and the API server's
