@@ -798,7 +798,7 @@ async fn reconcile(
     lease: Option<LeaseConfig>,
     stop: StopSignal,
 ) -> Result<()> {
-    let watches = Watches::start(&sessions);
+    let watches = sessions.watch();
     let Some(cfg) = lease else {
         reconcilers(ctx, sessions, watches, checkpoints, stop).await;
         return Ok(());

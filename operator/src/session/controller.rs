@@ -48,7 +48,7 @@ use crate::session::observe::{earlier_scheme, observe};
 use crate::session::own_writes::OwnWrites;
 use crate::session::plan::{self, Observed, Plan, PodAction};
 use crate::session::unreadable;
-use crate::session::watches::Watches;
+use crate::session::watches::{Feeds, Watches};
 use crate::session::written::{self, Written};
 use crate::validation;
 
@@ -133,6 +133,20 @@ impl SessionContext {
             sessions: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         }
+    }
+}
+
+impl SessionContext {
+    /// Starts the session watches over this context's caches (see
+    /// [`crate::session::watches`]).
+    pub fn watch(&self) -> Watches {
+        Watches::start(Feeds {
+            client: &self.client,
+            caches: &self.caches,
+            bulk: &self.bulk,
+            own_writes: &self.own_writes,
+            sessions: &self.sessions,
+        })
     }
 }
 

@@ -30,10 +30,34 @@ use kube::{Api, Resource};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::session::bulk::StatusBulk;
 use crate::session::cache;
-use crate::session::controller::{SessionContext, Watched};
+use crate::session::cache::Caches;
 use crate::session::lanes::{self, Lane};
 use crate::session::lifecycle;
+use crate::session::own_writes::OwnWrites;
+
+/// A watched session: decoded, or the error of one that cannot be.
+type Watched = kube::core::DeserializeGuard<crds::AgentSession>;
+
+/// What the watches keep besides their own stores: the session context's
+/// caches and records (passed as parts, so that this module does not
+/// depend on the controller that depends on it).
+#[derive(Clone, Copy)]
+pub struct Feeds<'a> {
+    pub client: &'a kube::Client,
+    pub caches: &'a Caches,
+    pub bulk: &'a Arc<StatusBulk>,
+    pub own_writes: &'a Arc<OwnWrites>,
+    /// Set to the session store once it exists.
+    pub sessions: &'a std::sync::OnceLock<Store<Watched>>,
+}
+
+impl std::fmt::Debug for Feeds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feeds").finish_non_exhaustive()
+    }
+}
 
 /// The label every object the operator makes carries.
 const MANAGED: &str = "app.kubernetes.io/managed-by=agentplane";
@@ -84,7 +108,7 @@ impl Watches {
     /// writers are taken here (see [`cache::Caches::take_writers`]); when
     /// someone took them already, the object watches still wake sessions
     /// but fill no cache.
-    pub fn start(ctx: &SessionContext) -> Self {
+    pub fn start(ctx: Feeds<'_>) -> Self {
         let leading = Arc::new(AtomicBool::new(false));
         let (changed_tx, changed) = mpsc::channel(BACKLOG);
         let (owners_tx, owners) = mpsc::channel(BACKLOG);
@@ -288,14 +312,14 @@ where
 /// [`crate::session::bulk`]) and keeps the shared status parts and our own
 /// writes' records in step with it.
 fn session_changes(
-    ctx: &SessionContext,
+    ctx: Feeds<'_>,
     writer: reflector::store::Writer<Watched>,
 ) -> impl Stream<Item = Result<Watched, watcher::Error>> + Send + 'static {
     // Through the guard, one object that cannot be decoded is reported on
     // its own status instead of failing the list and stalling every session.
     let sessions: Api<Watched> = Api::all(ctx.client.clone());
-    let (bulk, bulk_events) = (Arc::clone(&ctx.bulk), Arc::clone(&ctx.bulk));
-    let own_writes = Arc::clone(&ctx.own_writes);
+    let (bulk, bulk_events) = (Arc::clone(ctx.bulk), Arc::clone(ctx.bulk));
+    let own_writes = Arc::clone(ctx.own_writes);
     watcher(sessions, watcher::Config::default())
         .default_backoff()
         .modify(move |session| {
