@@ -130,8 +130,8 @@ pub struct RunArgs {
     /// trips one after another, so on a large cluster this, not CPU, bounds
     /// sessions made Ready per second; each slot may also hold an MCP
     /// listing open for up to its timeout. A quarter of the slots is kept
-    /// for sessions someone waits for (new, changed, pending), so that
-    /// resyncs of settled sessions never hold them all.
+    /// for sessions under way (pending, changed), and neither new sessions
+    /// nor resyncs of settled ones may hold more than the rest.
     #[arg(long, default_value_t = MAX_CONCURRENT_RECONCILES,
           value_parser = clap::value_parser!(u16).range(1..=512))]
     pub max_concurrent_reconciles: u16,

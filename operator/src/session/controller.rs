@@ -96,7 +96,7 @@ pub struct SessionContext {
     /// The controller's caches of the sessions' objects, read before the
     /// API server (see [`crate::session::cache`]).
     pub caches: Caches,
-    /// The reconcile slots (`--max-concurrent-reconciles`), in two lanes.
+    /// The reconcile slots (`--max-concurrent-reconciles`), in three lanes.
     pub lanes: Lanes,
     /// The cached sessions' tool definitions, shared (see
     /// [`crate::session::bulk`]).
@@ -348,14 +348,7 @@ async fn claim_if_warm(
     // An object of someone else's under one of the session's names stops
     // the session (NameConflict, in the plan): no claim, and no apply of
     // the policy over theirs.
-    let foreign = [
-        observed.configmap.as_ref(),
-        observed.network_policy.as_ref(),
-        observed.claim.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .any(|meta| !crate::names::owned_by(meta, session));
+    let foreign = plan::foreign(session, observed).is_some();
     if observed.pod.is_none()
         && wants_pod
         && !foreign

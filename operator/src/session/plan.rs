@@ -67,8 +67,9 @@ pub struct Observed {
 }
 
 /// The first object under one of the session's names that the session does
-/// not own, described for a condition.
-fn foreign(session: &AgentSession, observed: &Observed) -> Option<String> {
+/// not own, described for a condition (the plan's NameConflict; a warm
+/// claim is not tried while there is one).
+pub fn foreign(session: &AgentSession, observed: &Observed) -> Option<String> {
     let found = [
         ("pod", observed.pod.as_ref().map(|p| &p.metadata)),
         ("ConfigMap", observed.configmap.as_ref()),

@@ -76,7 +76,7 @@ pub struct Watches {
     changed: mpsc::Receiver<Watched>,
     owners: mpsc::Receiver<ObjectRef<Watched>>,
     /// The watch tasks; dropping this stops them.
-    _tasks: JoinSet<()>,
+    tasks: JoinSet<()>,
 }
 
 impl std::fmt::Debug for Watches {
@@ -163,7 +163,7 @@ impl Watches {
             leading,
             changed,
             owners,
-            _tasks: tasks,
+            tasks,
         }
     }
 
@@ -186,7 +186,7 @@ impl Watches {
             changed: self.changed,
             owners: Box::new(futures::stream::iter(stored).chain(owners)),
         };
-        (self.sessions, triggers, self._tasks)
+        (self.sessions, triggers, self.tasks)
     }
 }
 
